@@ -1,0 +1,141 @@
+# Finds koptim's dependencies and hides the differences between the two worlds koptim is
+# built in behind targets of its own:
+#   koptim::Kokkos, koptim::KokkosKernels, koptim::Teuchos
+# (a) Debian's Trilinos 13.2 (Kokkos 3.4): Kokkos::kokkos carries the non-existent include
+#     path <prefix>/lib/include, Kokkos Kernels and Teuchos export variables, not targets.
+# (b) A standalone Kokkos >= 4 and Kokkos Kernels >= 4 with proper imported targets
+#     (Kokkos_ROOT / KokkosKernels_ROOT), plus a standalone or Trilinos Teuchos.
+# This file is installed with koptim and included by koptimConfig.cmake, so consumers get the
+# same targets.
+include_guard(GLOBAL)
+include(CMakeFindDependencyMacro)
+
+macro(_koptim_find_dependency)
+  if(KOPTIM_FINDING_FOR_CONSUMER)
+    find_dependency(${ARGN})
+  else()
+    find_package(${ARGN} REQUIRED)
+  endif()
+endmacro()
+
+# True when every directory in the list exists.
+function(_koptim_dirs_exist out)
+  set(ok TRUE)
+  foreach(d IN LISTS ARGN)
+    if(d MATCHES "^\\$<" OR d STREQUAL "")
+      continue()
+    endif()
+    if(NOT EXISTS "${d}")
+      set(ok FALSE)
+    endif()
+  endforeach()
+  set(${out} ${ok} PARENT_SCOPE)
+endfunction()
+
+function(_koptim_realpaths out)
+  set(result "")
+  foreach(d IN LISTS ARGN)
+    get_filename_component(r "${d}" REALPATH)
+    list(APPEND result "${r}")
+  endforeach()
+  list(REMOVE_DUPLICATES result)
+  set(${out} "${result}" PARENT_SCOPE)
+endfunction()
+
+# --- MPI --------------------------------------------------------------------------------------
+_koptim_find_dependency(MPI COMPONENTS CXX)
+
+# --- Kokkos -----------------------------------------------------------------------------------
+_koptim_find_dependency(Kokkos CONFIG)
+if(NOT TARGET koptim::Kokkos)
+  add_library(koptim::Kokkos INTERFACE IMPORTED)
+  set(_koptim_kokkos_ok FALSE)
+  if(TARGET Kokkos::kokkos)
+    get_target_property(_incs Kokkos::kokkos INTERFACE_INCLUDE_DIRECTORIES)
+    if(NOT _incs)
+      set(_incs "")
+    endif()
+    _koptim_dirs_exist(_koptim_kokkos_ok ${_incs})
+  endif()
+  if(_koptim_kokkos_ok)
+    set_property(TARGET koptim::Kokkos PROPERTY INTERFACE_LINK_LIBRARIES Kokkos::kokkos)
+    set(KOPTIM_KOKKOS_FLAVOR "imported-target")
+  else()
+    # Debian's Trilinos: rebuild the interface from the package variables.
+    _koptim_realpaths(_incs ${Kokkos_INCLUDE_DIRS})
+    set(_libs "")
+    foreach(l IN LISTS Kokkos_LIBRARIES)
+      if(TARGET ${l})
+        list(APPEND _libs ${l})
+      else()
+        find_library(_koptim_lib_${l} NAMES ${l} HINTS ${Kokkos_LIBRARY_DIRS} REQUIRED)
+        list(APPEND _libs ${_koptim_lib_${l}})
+      endif()
+    endforeach()
+    set_target_properties(koptim::Kokkos PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${_incs}"
+                                                     INTERFACE_LINK_LIBRARIES "${_libs};${CMAKE_DL_LIBS}")
+    set(KOPTIM_KOKKOS_FLAVOR "package-variables")
+  endif()
+endif()
+# KOKKOS_VERSION as the C++ macro spells it (30401 for 3.4.1), checked against the headers.
+math(EXPR KOPTIM_KOKKOS_VERSION_NUMBER
+     "${Kokkos_VERSION_MAJOR} * 10000 + ${Kokkos_VERSION_MINOR} * 100 + ${Kokkos_VERSION_PATCH}")
+
+# --- Kokkos Kernels ---------------------------------------------------------------------------
+_koptim_find_dependency(KokkosKernels CONFIG)
+if(NOT TARGET koptim::KokkosKernels)
+  add_library(koptim::KokkosKernels INTERFACE IMPORTED)
+  if(TARGET Kokkos::kokkoskernels)
+    set_property(TARGET koptim::KokkosKernels PROPERTY INTERFACE_LINK_LIBRARIES Kokkos::kokkoskernels)
+  else()
+    _koptim_realpaths(_incs ${KokkosKernels_INCLUDE_DIRS})
+    set(_libs "")
+    foreach(l IN LISTS KokkosKernels_LIBRARIES)
+      if(TARGET ${l})
+        list(APPEND _libs ${l})
+      else()
+        find_library(_koptim_lib_${l} NAMES ${l} HINTS ${KokkosKernels_LIBRARY_DIRS} REQUIRED)
+        list(APPEND _libs ${_koptim_lib_${l}})
+      endif()
+    endforeach()
+    set_target_properties(koptim::KokkosKernels PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${_incs}"
+                                                            INTERFACE_LINK_LIBRARIES "koptim::Kokkos;${_libs}")
+  endif()
+endif()
+
+# --- Teuchos (ParameterList, its XML and YAML readers) ----------------------------------------
+# Only the parameter-list libraries are linked: Debian's full Teuchos_LIBRARIES would also drag
+# in its Kokkos 3.4 compatibility layers, which must not meet a user's Kokkos 4.
+_koptim_find_dependency(Teuchos CONFIG)
+if(NOT TARGET koptim::Teuchos)
+  add_library(koptim::Teuchos INTERFACE IMPORTED)
+  if(TARGET Teuchos::all_libs)
+    set_property(TARGET koptim::Teuchos PROPERTY INTERFACE_LINK_LIBRARIES Teuchos::all_libs)
+  else()
+    set(_libs "")
+    foreach(l trilinos_teuchosparameterlist trilinos_teuchosparser trilinos_teuchoscore teuchosparameterlist
+              teuchosparser teuchoscore)
+      if(TARGET ${l})
+        get_target_property(_loc ${l} IMPORTED_LOCATION_NONE)
+        if(NOT _loc)
+          get_target_property(_loc ${l} IMPORTED_LOCATION_RELEASE)
+        endif()
+        if(_loc)
+          list(APPEND _libs "${_loc}")
+        else()
+          list(APPEND _libs ${l})
+        endif()
+      endif()
+    endforeach()
+    if(NOT _libs)
+      set(_libs ${Teuchos_LIBRARIES})
+    endif()
+    # Linked as files, not as targets: the targets' link interfaces name Debian's Kokkos 3.4.
+    _koptim_realpaths(_incs ${Teuchos_INCLUDE_DIRS})
+    set_target_properties(koptim::Teuchos PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${_incs}"
+                                                      INTERFACE_LINK_LIBRARIES "${_libs};MPI::MPI_CXX")
+  endif()
+endif()
+
+# --- BLAS / LAPACK ----------------------------------------------------------------------------
+_koptim_find_dependency(LAPACK)

@@ -1,0 +1,35 @@
+# koptim_add_test(NAME <name> SOURCES <files...> [RANKS <n...>] [TIMEOUT <s>])
+# Builds one GoogleTest program with koptim's test main and registers it with ctest once per
+# rank count (RANKS 1 2 3 runs it under mpiexec at 1, 2 and 3 ranks; without RANKS it runs
+# as a plain single-process program). mpiexec gets --oversubscribe (more ranks than cores) and
+# --allow-run-as-root (CI runs as root) when it is Open MPI.
+include_guard(GLOBAL)
+
+set(KOPTIM_MPIEXEC_EXTRA_FLAGS "" CACHE STRING "Extra flags for mpiexec in the tests")
+if(NOT KOPTIM_MPIEXEC_EXTRA_FLAGS)
+  execute_process(COMMAND ${MPIEXEC_EXECUTABLE} --version OUTPUT_VARIABLE _koptim_mpiexec_version ERROR_QUIET)
+  if(_koptim_mpiexec_version MATCHES "Open MPI|OpenRTE")
+    set(KOPTIM_MPIEXEC_EXTRA_FLAGS --oversubscribe --allow-run-as-root)
+  endif()
+endif()
+
+function(koptim_add_test)
+  cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;RANKS;LIBS" ${ARGN})
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 300)
+  endif()
+  add_executable(${T_NAME} ${T_SOURCES} ${PROJECT_SOURCE_DIR}/unit_tests/koptim_TestMain.cpp)
+  target_link_libraries(${T_NAME} PRIVATE koptim::koptim GTest::gtest ${T_LIBS})
+  target_compile_definitions(${T_NAME} PRIVATE KOPTIM_TEST_REFERENCE_DIR="${PROJECT_SOURCE_DIR}/unit_tests/reference")
+  if(NOT T_RANKS)
+    add_test(NAME ${T_NAME} COMMAND ${T_NAME})
+    set_tests_properties(${T_NAME} PROPERTIES TIMEOUT ${T_TIMEOUT})
+  else()
+    foreach(n IN LISTS T_RANKS)
+      add_test(NAME ${T_NAME}_np${n}
+               COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${n} ${KOPTIM_MPIEXEC_EXTRA_FLAGS}
+                       ${MPIEXEC_PREFLAGS} $<TARGET_FILE:${T_NAME}> ${MPIEXEC_POSTFLAGS})
+      set_tests_properties(${T_NAME}_np${n} PROPERTIES TIMEOUT ${T_TIMEOUT} PROCESSORS ${n})
+    endforeach()
+  endif()
+endfunction()

@@ -1,0 +1,50 @@
+// Building optimizers from Teuchos parameter lists.
+//
+//   auto list = koptim::read_parameter_list("adamw.yaml");   // or .xml
+//   auto opt  = koptim::create(params, *list);
+//
+// A list names its optimizer with the key "optimizer" and holds that optimizer's keys at the
+// same level, plus an optional sublist "lr_schedule". Every optimizer publishes a cached valid
+// list (valid_parameters) in which each key has its default, a doc string and a validator. Unknown
+// keys, wrong types and out-of-range values are rejected with a ConfigError naming the key, the
+// value and what is allowed; nothing is built from a bad list.
+#ifndef KOPTIM_CONFIG_FACTORY_HPP
+#define KOPTIM_CONFIG_FACTORY_HPP
+
+#include <koptim/core/koptim_Optimizer.hpp>
+
+#include <Teuchos_ParameterList.hpp>
+#include <Teuchos_RCP.hpp>
+
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace koptim {
+
+// The names the key "optimizer" accepts.
+std::vector<std::string> optimizer_names();
+
+// The cached valid list of an optimizer (throws ConfigError for an unknown name).
+Teuchos::RCP<const Teuchos::ParameterList> valid_parameters(const std::string& optimizer);
+
+// A copy of the list, checked against its optimizer's valid list, with every absent key set to
+// its default. Throws ConfigError.
+Teuchos::ParameterList validated_parameters(const Teuchos::ParameterList& list);
+
+// Builds the optimizer the list describes over the parameters. Throws ConfigError.
+std::unique_ptr<Optimizer> create(const ParameterSet& params, const Teuchos::ParameterList& list);
+
+// Reads a parameter list from an XML (.xml) or YAML (.yaml, .yml) file with Teuchos' readers.
+Teuchos::RCP<Teuchos::ParameterList> read_parameter_list(const std::string& path);
+
+// The defaults of an optimizer as a plain list (no validators), ready to be written to a file.
+Teuchos::ParameterList default_parameter_list(const std::string& optimizer);
+
+// The reference of every key of every optimizer, as Markdown tables (docs/parameters.md).
+void print_parameter_reference(std::ostream& out);
+
+}  // namespace koptim
+
+#endif

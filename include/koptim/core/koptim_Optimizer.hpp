@@ -1,0 +1,115 @@
+// The interface every koptim optimizer shares: step(), the step counter, the current learning
+// rate, the exact bytes of optimizer state held, and export/import of the complete state.
+//
+// step() reads the gradient Views registered in the ParameterSet and updates the parameter
+// Views in place. Before touching anything it checks the gradients for NaN/Inf according to
+// nonfinite_gradient: "error" (throw NonFiniteError naming the parameter; nothing changes),
+// "skip_step" (count the step as skipped; nothing changes) or "unchecked" (no check, fastest).
+#ifndef KOPTIM_CORE_OPTIMIZER_HPP
+#define KOPTIM_CORE_OPTIMIZER_HPP
+
+#include <koptim/core/koptim_OptimizerState.hpp>
+#include <koptim/core/koptim_ParameterSet.hpp>
+#include <koptim/core/koptim_Schedule.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace koptim {
+
+enum class NonFiniteGradient { error, skip_step, unchecked };
+
+// What every optimizer is configured with, besides its own hyperparameters.
+struct CommonOptions {
+  double lr                            = 1e-3;
+  double weight_decay                  = 0.0;
+  NonFiniteGradient nonfinite_gradient = NonFiniteGradient::error;
+  LRSchedule lr_schedule;
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer()                   = default;
+  Optimizer(const Optimizer&)            = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // "SGD", "AdaGrad", "RMSProp", "Adam", "AdamW", ...
+  const std::string& name() const { return name_; }
+
+  // One optimization step from the gradients currently in the registered gradient Views.
+  void step();
+
+  // Steps taken (skipped steps are not counted).
+  std::int64_t step_count() const { return step_; }
+  // Steps skipped because a gradient was not finite (nonfinite_gradient = "skip_step").
+  std::int64_t skipped_steps() const { return skipped_; }
+
+  // The learning rate the next step() uses for a group: the group's lr times the schedule.
+  double lr(int group = 0) const;
+  // A group's base learning rate and weight decay (the optimizer's unless the group overrides them).
+  double base_lr(int group = 0) const;
+  double weight_decay(int group = 0) const;
+
+  // Exact bytes of optimizer state this optimizer holds (not counting the parameters and gradients).
+  virtual std::size_t state_bytes() const = 0;
+
+  OptimizerState export_state() const;
+  // Restores an exported state. A state of another optimizer kind, or with a missing, extra or
+  // mis-shaped entry, is rejected with StateError and nothing changes.
+  void import_state(const OptimizerState& state);
+
+  const ParameterSet& parameters() const { return params_; }
+  const CommonOptions& common_options() const { return common_; }
+
+ protected:
+  Optimizer(std::string name, ParameterSet params, CommonOptions common);
+
+  // One step with the step counter already advanced to t; lrs[g] is group g's lr for this step.
+  virtual void update(std::int64_t t, const std::vector<double>& lrs) = 0;
+  virtual void export_tensors(OptimizerState& state) const            = 0;
+  // Throws StateError when the state does not fit; must not change anything.
+  virtual void check_tensors(const OptimizerState& state) const = 0;
+  virtual void import_tensors(const OptimizerState& state)      = 0;
+
+ private:
+  // False when a gradient is not finite and the step is to be skipped; throws for "error".
+  bool check_gradients() const;
+
+  std::string name_;
+  ParameterSet params_;
+  CommonOptions common_;
+  std::int64_t step_    = 0;
+  std::int64_t skipped_ = 0;
+};
+
+namespace Impl {
+
+// Number of non-finite entries of a tensor and the flat index of the first (-1 if none).
+std::pair<std::int64_t, std::int64_t> count_nonfinite(const TensorRef& t);
+
+// Base of optimizers whose state is a fixed set of element-wise buffers per parameter
+// ("slots", e.g. exp_avg and exp_avg_sq), each shaped like its parameter.
+class ElementwiseOptimizer : public Optimizer {
+ public:
+  std::size_t state_bytes() const override;
+
+ protected:
+  ElementwiseOptimizer(std::string name, ParameterSet params, CommonOptions common, std::vector<std::string> slots,
+                       std::vector<double> fill = {});
+
+  const Buffer& buffer(std::size_t param, std::size_t slot) const { return buffers_[param][slot]; }
+
+  void export_tensors(OptimizerState& state) const override;
+  void check_tensors(const OptimizerState& state) const override;
+  void import_tensors(const OptimizerState& state) override;
+
+ private:
+  std::vector<std::string> slots_;
+  std::vector<std::vector<Buffer>> buffers_;
+};
+
+}  // namespace Impl
+}  // namespace koptim
+
+#endif

@@ -1,0 +1,72 @@
+// The complete state of an optimizer, exported to host memory: counters, scalars and named
+// tensors ("<parameter>/<slot>", e.g. "fc1.weight/exp_avg"). import_state() of an exported
+// state restores the optimizer exactly; the checkpoint layer writes it to files.
+#ifndef KOPTIM_CORE_OPTIMIZERSTATE_HPP
+#define KOPTIM_CORE_OPTIMIZERSTATE_HPP
+
+#include <koptim/core/koptim_Tensor.hpp>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace koptim {
+
+struct StateTensor {
+  ScalarType dtype = ScalarType::float32;
+  std::vector<std::int64_t> shape;
+  std::vector<unsigned char> data;  // host copy, native byte order
+
+  std::int64_t size() const;
+};
+
+struct OptimizerState {
+  std::string optimizer;  // the optimizer's name(): a state only imports into the same kind
+  std::map<std::string, std::int64_t> integers;
+  std::map<std::string, double> reals;
+  std::map<std::string, StateTensor> tensors;
+
+  bool operator==(const OptimizerState& o) const;
+};
+
+namespace Impl {
+
+// A flat state buffer in the default memory space, float or double as its parameter.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(const std::string& label, ScalarType dtype, std::int64_t n, double fill = 0.0);
+
+  template <class T>
+  Kokkos::View<T*, MemorySpace> view() const;
+
+  ScalarType dtype() const { return dtype_; }
+  std::int64_t size() const { return n_; }
+  std::size_t bytes() const { return static_cast<std::size_t>(n_) * size_of(dtype_); }
+
+  StateTensor to_state(const std::vector<std::int64_t>& shape) const;
+  // Throws StateError (naming key) when t does not fit this buffer; changes nothing.
+  void check(const StateTensor& t, const std::string& key) const;
+  void assign(const StateTensor& t);
+
+ private:
+  ScalarType dtype_ = ScalarType::float32;
+  std::int64_t n_   = 0;
+  Kokkos::View<float*, MemorySpace> f_;
+  Kokkos::View<double*, MemorySpace> d_;
+};
+
+template <>
+inline Kokkos::View<float*, MemorySpace> Buffer::view<float>() const {
+  return f_;
+}
+template <>
+inline Kokkos::View<double*, MemorySpace> Buffer::view<double>() const {
+  return d_;
+}
+
+}  // namespace Impl
+}  // namespace koptim
+
+#endif

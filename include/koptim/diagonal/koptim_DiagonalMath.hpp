@@ -1,0 +1,54 @@
+// Element-wise building blocks of the diagonal methods, written in the order of operations of
+// torch.optim's single-tensor implementations so that koptim follows torch's trajectories.
+// Shampoo's grafting reuses the ones whose math is the same (second-moment accumulation and
+// the diagonal preconditioning G / (sqrt(A) + eps)).
+#ifndef KOPTIM_DIAGONAL_DIAGONALMATH_HPP
+#define KOPTIM_DIAGONAL_DIAGONALMATH_HPP
+
+#include <koptim/core/koptim_Math.hpp>
+
+namespace koptim {
+namespace Impl {
+
+// a + alpha * b (torch: a.add(b, alpha=alpha)).
+template <class T>
+KOKKOS_INLINE_FUNCTION T add_scaled(T a, T alpha, T b) {
+  return a + alpha * b;
+}
+
+// Exponential moving average as torch's lerp_(x, weight): avg + weight * (x - avg), computed
+// from the other end when weight >= 0.5 as torch does.
+template <class T>
+KOKKOS_INLINE_FUNCTION T lerp(T avg, T x, T weight) {
+  return weight < T(0.5) ? avg + weight * (x - avg) : x - (x - avg) * (T(1) - weight);
+}
+
+// avg * beta + (1 - beta) * g * g (torch: mul_(beta).addcmul_(g, g, value=1-beta)); also the
+// RMSProp and Adam grafting second moments of Shampoo.
+template <class T>
+KOKKOS_INLINE_FUNCTION T ema_square(T avg, T g, T beta, T one_minus_beta) {
+  return avg * beta + one_minus_beta * g * g;
+}
+
+// acc + g * g (AdaGrad; Shampoo's AdaGrad grafting).
+template <class T>
+KOKKOS_INLINE_FUNCTION T accumulate_square(T acc, T g) {
+  return acc + g * g;
+}
+
+// sqrt(a) / sqrt_bias_correction + eps: the denominator of Adam-type updates.
+template <class T>
+KOKKOS_INLINE_FUNCTION T rms_denominator(T a, T inv_sqrt_correction_divisor, T eps) {
+  return sqrt(a) / inv_sqrt_correction_divisor + eps;
+}
+
+// x / (sqrt(a) + eps): diagonal preconditioning (AdaGrad; Shampoo's grafting directions).
+template <class T>
+KOKKOS_INLINE_FUNCTION T diagonal_precondition(T x, T a, T eps) {
+  return x / (sqrt(a) + eps);
+}
+
+}  // namespace Impl
+}  // namespace koptim
+
+#endif

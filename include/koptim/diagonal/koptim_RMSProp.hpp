@@ -1,0 +1,32 @@
+// RMSProp as torch.optim.RMSprop: G <- G + wd W;  A <- alpha A + (1 - alpha) G^2;
+// centered: M <- lerp(M, G, 1 - alpha), A' = A - M^2, else A' = A;  D = sqrt(A') + eps;
+// momentum: B <- mu B + G / D, W <- W - lr B; else W <- W - lr G / D.
+#ifndef KOPTIM_DIAGONAL_RMSPROP_HPP
+#define KOPTIM_DIAGONAL_RMSPROP_HPP
+
+#include <koptim/core/koptim_Optimizer.hpp>
+
+namespace koptim {
+
+struct RMSPropOptions {
+  double alpha    = 0.99;
+  double eps      = 1e-8;
+  double momentum = 0.0;
+  bool centered   = false;
+};
+
+class RMSProp : public Impl::ElementwiseOptimizer {
+ public:
+  RMSProp(ParameterSet params, CommonOptions common, RMSPropOptions options = {});
+  const RMSPropOptions& options() const { return options_; }
+
+ protected:
+  void update(std::int64_t t, const std::vector<double>& lrs) override;
+
+ private:
+  RMSPropOptions options_;
+};
+
+}  // namespace koptim
+
+#endif

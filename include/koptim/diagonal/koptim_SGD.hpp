@@ -1,0 +1,32 @@
+// Stochastic gradient descent with momentum, dampening, Nesterov momentum and L2 weight decay,
+// exactly as torch.optim.SGD:
+//   G <- G + wd W;  B <- G at its first use, then B <- mu B + (1 - d) G;
+//   P <- G + mu B (Nesterov) or B;  W <- W - lr P.
+#ifndef KOPTIM_DIAGONAL_SGD_HPP
+#define KOPTIM_DIAGONAL_SGD_HPP
+
+#include <koptim/core/koptim_Optimizer.hpp>
+
+namespace koptim {
+
+struct SGDOptions {
+  double momentum  = 0.0;
+  double dampening = 0.0;
+  bool nesterov    = false;
+};
+
+class SGD : public Impl::ElementwiseOptimizer {
+ public:
+  SGD(ParameterSet params, CommonOptions common, SGDOptions options = {});
+  const SGDOptions& options() const { return options_; }
+
+ protected:
+  void update(std::int64_t t, const std::vector<double>& lrs) override;
+
+ private:
+  SGDOptions options_;
+};
+
+}  // namespace koptim
+
+#endif

@@ -1,0 +1,336 @@
+#include <koptim/config/koptim_Factory.hpp>
+#include <koptim/config/koptim_Validators.hpp>
+#include <koptim/core/koptim_Profiling.hpp>
+#include <koptim/diagonal/koptim_AdaGrad.hpp>
+#include <koptim/diagonal/koptim_Adam.hpp>
+#include <koptim/diagonal/koptim_RMSProp.hpp>
+#include <koptim/diagonal/koptim_SGD.hpp>
+
+#include <Teuchos_XMLParameterListCoreHelpers.hpp>
+#include <Teuchos_YamlParameterListCoreHelpers.hpp>
+
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <map>
+#include <sstream>
+
+namespace koptim {
+
+namespace {
+
+using Teuchos::ParameterList;
+using Teuchos::RCP;
+using V = Impl::KeyValidator;
+
+const double inf = std::numeric_limits<double>::infinity();
+
+// One optimizer the factory knows: its valid list and how to build it from a validated list.
+struct Entry {
+  std::string name;
+  std::string summary;
+  std::function<void(ParameterList&)> add_keys;
+  std::vector<std::string> required;
+  std::function<std::unique_ptr<Optimizer>(const ParameterSet&, const CommonOptions&, const ParameterList&)> build;
+};
+
+template <class T>
+void add(ParameterList& l, const std::string& key, const T& value, const std::string& doc,
+         const RCP<const V>& validator) {
+  l.set(key, value, doc, validator);
+}
+
+void add_common(ParameterList& l, double lr, double weight_decay, const std::string& decay_doc) {
+  add(l, "lr", lr, "Learning rate (groups may override it).", V::real(0.0, inf, false, true));
+  add(l, "weight_decay", weight_decay, decay_doc + " (groups may override it).", V::real(0.0, inf, false, true));
+  add(l, "nonfinite_gradient", std::string("error"),
+      "What a NaN or Inf gradient does: error (throw, nothing changes), skip_step (skip the step, nothing changes) "
+      "or unchecked (no check; fastest, a NaN then reaches the parameters).",
+      V::choice({"error", "skip_step", "unchecked"}));
+  ParameterList& s = l.sublist("lr_schedule", false, "Learning-rate schedule: a factor on every group's lr.");
+  add(s, "type", std::string("constant"),
+      "constant, linear_warmup (warmup then constant), cosine, linear or step decay; warmup_steps prefixes any of "
+      "them with a linear warmup.",
+      V::choice({"constant", "linear_warmup", "cosine", "linear", "step"}));
+  add(s, "warmup_steps", 0, "Steps of linear warmup from lr/warmup_steps to lr.", V::integer(0));
+  add(s, "total_steps", 1, "cosine, linear: the step at which the decay reaches min_lr_factor.", V::integer(1));
+  add(s, "min_lr_factor", 0.0, "cosine, linear: the final factor.", V::real(0.0, 1.0));
+  add(s, "step_size", 1, "step: steps between two decays.", V::integer(1));
+  add(s, "gamma", 0.1, "step: the factor of each decay.", V::real(0.0, 1.0, true, false));
+}
+
+void add_adam_keys(ParameterList& l) {
+  Teuchos::Array<double> betas(2);
+  betas[0] = 0.9;
+  betas[1] = 0.999;
+  add(l, "betas", betas, "Decay rates (b1, b2) of the first and second moments.",
+      V::real_array(2, 0.0, 1.0, false, true));
+  add(l, "eps", 1e-8, "Added to the denominator sqrt(v_hat).", V::real(0.0, inf, false, true));
+  add(l, "amsgrad", false, "Use the running maximum of the second moment (AMSGrad).", V::boolean());
+}
+
+const std::vector<Entry>& entries() {
+  static const std::vector<Entry> table = {
+      {"SGD",
+       "Stochastic gradient descent with momentum (torch.optim.SGD).",
+       [](ParameterList& l) {
+         add_common(l, 1e-3, 0.0, "L2 weight decay: G <- G + weight_decay W");
+         l.getEntryRCP("lr")->setDocString("Learning rate. Required for SGD (groups may override it).");
+         add(l, "momentum", 0.0, "Momentum factor mu.", V::real(0.0, inf, false, true));
+         add(l, "dampening", 0.0, "Dampening d of the momentum: B <- mu B + (1 - d) G.", V::real(0.0, 1.0));
+         add(l, "nesterov", false, "Nesterov momentum (needs momentum > 0 and dampening = 0).", V::boolean());
+       },
+       {"lr"},
+       [](const ParameterSet& p, const CommonOptions& c, const ParameterList& l) -> std::unique_ptr<Optimizer> {
+         SGDOptions o;
+         o.momentum  = l.get<double>("momentum");
+         o.dampening = l.get<double>("dampening");
+         o.nesterov  = l.get<bool>("nesterov");
+         return std::make_unique<SGD>(p, c, o);
+       }},
+      {"AdaGrad",
+       "AdaGrad (torch.optim.Adagrad).",
+       [](ParameterList& l) {
+         add_common(l, 1e-2, 0.0, "L2 weight decay: G <- G + weight_decay W");
+         add(l, "lr_decay", 0.0, "The lr at step t is lr / (1 + (t - 1) lr_decay).", V::real(0.0, inf, false, true));
+         add(l, "initial_accumulator_value", 0.0, "Initial value of the sum of squared gradients.",
+             V::real(0.0, inf, false, true));
+         add(l, "eps", 1e-10, "Added to the denominator sqrt(sum).", V::real(0.0, inf, false, true));
+       },
+       {},
+       [](const ParameterSet& p, const CommonOptions& c, const ParameterList& l) -> std::unique_ptr<Optimizer> {
+         AdaGradOptions o;
+         o.lr_decay                  = l.get<double>("lr_decay");
+         o.initial_accumulator_value = l.get<double>("initial_accumulator_value");
+         o.eps                       = l.get<double>("eps");
+         return std::make_unique<AdaGrad>(p, c, o);
+       }},
+      {"RMSProp",
+       "RMSProp (torch.optim.RMSprop).",
+       [](ParameterList& l) {
+         add_common(l, 1e-2, 0.0, "L2 weight decay: G <- G + weight_decay W");
+         add(l, "alpha", 0.99, "Smoothing constant of the squared-gradient average.", V::real(0.0, 1.0));
+         add(l, "eps", 1e-8, "Added to the denominator.", V::real(0.0, inf, false, true));
+         add(l, "momentum", 0.0, "Momentum factor.", V::real(0.0, inf, false, true));
+         add(l, "centered", false, "Normalise by the variance estimate (subtract the squared mean gradient).",
+             V::boolean());
+       },
+       {},
+       [](const ParameterSet& p, const CommonOptions& c, const ParameterList& l) -> std::unique_ptr<Optimizer> {
+         RMSPropOptions o;
+         o.alpha    = l.get<double>("alpha");
+         o.eps      = l.get<double>("eps");
+         o.momentum = l.get<double>("momentum");
+         o.centered = l.get<bool>("centered");
+         return std::make_unique<RMSProp>(p, c, o);
+       }},
+      {"Adam",
+       "Adam with L2 weight decay (torch.optim.Adam).",
+       [](ParameterList& l) {
+         add_common(l, 1e-3, 0.0, "L2 weight decay: G <- G + weight_decay W");
+         add_adam_keys(l);
+       },
+       {},
+       [](const ParameterSet& p, const CommonOptions& c, const ParameterList& l) -> std::unique_ptr<Optimizer> {
+         AdamOptions o;
+         const auto& b = l.get<Teuchos::Array<double>>("betas");
+         o.betas       = {b[0], b[1]};
+         o.eps         = l.get<double>("eps");
+         o.amsgrad     = l.get<bool>("amsgrad");
+         return std::make_unique<Adam>(p, c, o);
+       }},
+      {"AdamW",
+       "Adam with decoupled weight decay (torch.optim.AdamW).",
+       [](ParameterList& l) {
+         add_common(l, 1e-3, 0.01, "Decoupled weight decay: W <- W (1 - lr weight_decay) before the update");
+         add_adam_keys(l);
+       },
+       {},
+       [](const ParameterSet& p, const CommonOptions& c, const ParameterList& l) -> std::unique_ptr<Optimizer> {
+         AdamOptions o;
+         const auto& b = l.get<Teuchos::Array<double>>("betas");
+         o.betas       = {b[0], b[1]};
+         o.eps         = l.get<double>("eps");
+         o.amsgrad     = l.get<bool>("amsgrad");
+         return std::make_unique<AdamW>(p, c, o);
+       }},
+  };
+  return table;
+}
+
+std::string names_string() {
+  std::string s;
+  for (const auto& e : entries()) s += (s.empty() ? "" : ", ") + e.name;
+  return s;
+}
+
+const Entry& entry(const std::string& name) {
+  for (const auto& e : entries())
+    if (e.name == name) return e;
+  throw ConfigError("koptim: unknown optimizer '" + name + "'; allowed: " + names_string());
+}
+
+std::string keys_string(const ParameterList& l) {
+  std::string s;
+  for (auto it = l.begin(); it != l.end(); ++it) s += (s.empty() ? "" : ", ") + l.name(it);
+  return s;
+}
+
+// Unknown keys and sublists, before Teuchos sees the list (its message would list every valid
+// entry with its documentation).
+void reject_unknown_keys(const ParameterList& given, const ParameterList& valid, const std::string& optimizer,
+                         const std::string& where) {
+  for (auto it = given.begin(); it != given.end(); ++it) {
+    const std::string& key           = given.name(it);
+    const auto& e                    = given.entry(it);
+    const Teuchos::ParameterEntry* v = valid.getEntryPtr(key);
+    if (v == nullptr) {
+      throw ConfigError("koptim: unknown key '" + key + "' (value " + Impl::entry_value_string(e) + ") in list '" +
+                        where + "' for optimizer " + optimizer + "; allowed keys: " + keys_string(valid));
+    }
+    if (e.isList() != v->isList()) {
+      throw ConfigError("koptim: key '" + key + "' in list '" + where + "' for optimizer " + optimizer +
+                        (v->isList() ? " must be a sublist" : " must be a value, not a sublist"));
+    }
+    if (e.isList()) reject_unknown_keys(given.sublist(key), valid.sublist(key), optimizer, where + "/" + key);
+  }
+}
+
+std::string optimizer_of(const ParameterList& list) {
+  const Teuchos::ParameterEntry* e = list.getEntryPtr("optimizer");
+  if (e == nullptr) throw ConfigError("koptim: the list has no key 'optimizer'; allowed: " + names_string());
+  if (!e->isType<std::string>()) {
+    throw ConfigError("koptim: key 'optimizer' = " + Impl::entry_value_string(*e) +
+                      " must be a string; allowed: " + names_string());
+  }
+  const auto& name = Teuchos::getValue<std::string>(*e);
+  entry(name);  // throws for an unknown name
+  return name;
+}
+
+LRSchedule schedule_from(const ParameterList& s) {
+  const auto type   = s.get<std::string>("type");
+  const auto warmup = static_cast<std::int64_t>(s.get<int>("warmup_steps"));
+  LRSchedule sched;
+  if (type == "cosine") sched = LRSchedule::cosine(s.get<int>("total_steps"), s.get<double>("min_lr_factor"));
+  if (type == "linear") sched = LRSchedule::linear(s.get<int>("total_steps"), s.get<double>("min_lr_factor"));
+  if (type == "step") sched = LRSchedule::step(s.get<int>("step_size"), s.get<double>("gamma"));
+  if (type == "linear_warmup" && warmup == 0) {
+    throw ConfigError("koptim: lr_schedule type linear_warmup needs warmup_steps >= 1");
+  }
+  return sched.with_warmup(warmup);
+}
+
+}  // namespace
+
+std::vector<std::string> optimizer_names() {
+  std::vector<std::string> n;
+  for (const auto& e : entries()) n.push_back(e.name);
+  return n;
+}
+
+RCP<const ParameterList> valid_parameters(const std::string& optimizer) {
+  static std::map<std::string, RCP<const ParameterList>> cache;
+  const Entry& e = entry(optimizer);
+  auto it        = cache.find(optimizer);
+  if (it != cache.end()) return it->second;
+  auto l = Teuchos::rcp(new ParameterList(optimizer));
+  l->set("optimizer", optimizer, "The optimizer: " + names_string() + ".", V::choice(optimizer_names()));
+  e.add_keys(*l);
+  cache[optimizer] = l;
+  return l;
+}
+
+ParameterList validated_parameters(const ParameterList& list) {
+  const std::string optimizer = optimizer_of(list);
+  const auto valid            = valid_parameters(optimizer);
+  reject_unknown_keys(list, *valid, optimizer, list.name());
+  for (const auto& key : entry(optimizer).required) {
+    if (!list.isParameter(key)) {
+      throw ConfigError("koptim: key '" + key + "' is required for optimizer " + optimizer + " (" +
+                        valid->getEntry(key).docString() + ")");
+    }
+  }
+  ParameterList copy(list);
+  try {
+    copy.validateParametersAndSetDefaults(*valid);
+  } catch (const std::exception& ex) {
+    throw ConfigError(std::string("koptim: optimizer ") + optimizer + ": " + ex.what());
+  }
+  return copy;
+}
+
+std::unique_ptr<Optimizer> create(const ParameterSet& params, const ParameterList& list) {
+  Impl::ScopedRegion region("koptim::create");
+  const ParameterList l = validated_parameters(list);
+  const Entry& e        = entry(l.get<std::string>("optimizer"));
+  // Read everything first; the optimizer is built only from a complete, valid set of values.
+  CommonOptions c;
+  c.lr                 = l.get<double>("lr");
+  c.weight_decay       = l.get<double>("weight_decay");
+  const auto& policy   = l.get<std::string>("nonfinite_gradient");
+  c.nonfinite_gradient = policy == "error"       ? NonFiniteGradient::error
+                         : policy == "skip_step" ? NonFiniteGradient::skip_step
+                                                 : NonFiniteGradient::unchecked;
+  c.lr_schedule        = schedule_from(l.sublist("lr_schedule"));
+  return e.build(params, c, l);
+}
+
+RCP<ParameterList> read_parameter_list(const std::string& path) {
+  Impl::ScopedRegion region("koptim::read_parameter_list");
+  {
+    std::ifstream f(path);
+    if (!f) throw ConfigError("koptim: cannot open parameter-list file '" + path + "'");
+  }
+  auto ends_with = [&](const std::string& s) {
+    return path.size() >= s.size() && path.compare(path.size() - s.size(), s.size(), s) == 0;
+  };
+  try {
+    if (ends_with(".xml")) return Teuchos::getParametersFromXmlFile(path);
+    if (ends_with(".yaml") || ends_with(".yml")) return Teuchos::getParametersFromYamlFile(path);
+  } catch (const std::exception& ex) {
+    throw ConfigError("koptim: cannot parse parameter-list file '" + path + "': " + ex.what());
+  }
+  throw ConfigError("koptim: parameter-list file '" + path + "' must end in .xml, .yaml or .yml");
+}
+
+ParameterList default_parameter_list(const std::string& optimizer) {
+  const auto valid                                               = valid_parameters(optimizer);
+  std::function<void(const ParameterList&, ParameterList&)> copy = [&](const ParameterList& from, ParameterList& to) {
+    for (auto it = from.begin(); it != from.end(); ++it) {
+      const auto& e = from.entry(it);
+      if (e.isList()) {
+        copy(from.sublist(from.name(it)), to.sublist(from.name(it)));
+      } else {
+        to.setEntry(from.name(it), Teuchos::ParameterEntry(e.getAny(false)));
+      }
+    }
+  };
+  ParameterList l("koptim");
+  copy(*valid, l);
+  return l;
+}
+
+void print_parameter_reference(std::ostream& out) {
+  std::function<void(const ParameterList&, const std::string&)> table = [&](const ParameterList& l,
+                                                                            const std::string& prefix) {
+    for (auto it = l.begin(); it != l.end(); ++it) {
+      const auto& e = l.entry(it);
+      if (e.isList()) continue;
+      auto v = Teuchos::rcp_dynamic_cast<const Impl::KeyValidator>(e.validator());
+      out << "| `" << prefix << l.name(it) << "` | " << (v.is_null() ? "" : v->type_name()) << " | `"
+          << Impl::entry_value_string(e) << "` | " << (v.is_null() ? "" : v->allowed()) << " | " << e.docString()
+          << " |\n";
+    }
+    for (auto it = l.begin(); it != l.end(); ++it)
+      if (l.entry(it).isList()) table(l.sublist(l.name(it)), prefix + l.name(it) + "/");
+  };
+  for (const auto& e : entries()) {
+    out << "## " << e.name << "\n\n" << e.summary << "\n\n";
+    out << "| key | type | default | allowed | meaning |\n|---|---|---|---|---|\n";
+    table(*valid_parameters(e.name), "");
+    out << "\n";
+  }
+}
+
+}  // namespace koptim

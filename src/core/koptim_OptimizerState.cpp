@@ -1,0 +1,73 @@
+#include <koptim/core/koptim_OptimizerState.hpp>
+
+#include <cstring>
+
+namespace koptim {
+
+std::int64_t StateTensor::size() const {
+  std::int64_t n = 1;
+  for (auto e : shape) n *= e;
+  return n;
+}
+
+bool OptimizerState::operator==(const OptimizerState& o) const {
+  if (optimizer != o.optimizer || integers != o.integers || reals != o.reals) return false;
+  if (tensors.size() != o.tensors.size()) return false;
+  for (const auto& kv : tensors) {
+    auto it = o.tensors.find(kv.first);
+    if (it == o.tensors.end()) return false;
+    const auto &a = kv.second, &b = it->second;
+    if (a.dtype != b.dtype || a.shape != b.shape || a.data != b.data) return false;
+  }
+  return true;
+}
+
+namespace Impl {
+
+Buffer::Buffer(const std::string& label, ScalarType dtype, std::int64_t n, double fill) : dtype_(dtype), n_(n) {
+  if (dtype == ScalarType::float32) {
+    f_ = Kokkos::View<float*, MemorySpace>(label, n);
+    if (fill != 0.0) Kokkos::deep_copy(f_, static_cast<float>(fill));
+  } else {
+    d_ = Kokkos::View<double*, MemorySpace>(label, n);
+    if (fill != 0.0) Kokkos::deep_copy(d_, fill);
+  }
+}
+
+StateTensor Buffer::to_state(const std::vector<std::int64_t>& shape) const {
+  StateTensor t;
+  t.dtype = dtype_;
+  t.shape = shape;
+  t.data.resize(bytes());
+  dispatch(dtype_, [&](auto zero) {
+    using T = decltype(zero);
+    Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> host(
+        reinterpret_cast<T*>(t.data.data()), n_);
+    Kokkos::deep_copy(host, view<T>());
+  });
+  return t;
+}
+
+void Buffer::check(const StateTensor& t, const std::string& key) const {
+  if (t.dtype != dtype_) {
+    throw StateError("koptim: state tensor '" + key + "' has scalar type " + to_string(t.dtype) + ", expected " +
+                     to_string(dtype_));
+  }
+  if (t.size() != n_ || t.data.size() != bytes()) {
+    throw StateError("koptim: state tensor '" + key + "' has shape " + shape_string(t.shape) + " (" +
+                     std::to_string(t.data.size()) + " bytes), expected " + std::to_string(n_) + " elements (" +
+                     std::to_string(bytes()) + " bytes)");
+  }
+}
+
+void Buffer::assign(const StateTensor& t) {
+  dispatch(dtype_, [&](auto zero) {
+    using T = decltype(zero);
+    Kokkos::View<const T*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> host(
+        reinterpret_cast<const T*>(t.data.data()), n_);
+    Kokkos::deep_copy(view<T>(), host);
+  });
+}
+
+}  // namespace Impl
+}  // namespace koptim

@@ -1,0 +1,90 @@
+#include <koptim/core/koptim_ParameterSet.hpp>
+
+#include <cstdint>
+#include <sstream>
+
+namespace koptim {
+
+std::string shape_string(const std::vector<std::int64_t>& shape) {
+  std::ostringstream s;
+  s << '(';
+  for (std::size_t i = 0; i < shape.size(); ++i) s << (i ? ", " : "") << shape[i];
+  if (shape.size() == 1) s << ',';
+  s << ')';
+  return s.str();
+}
+
+ParameterSet::ParameterSet() { groups_.push_back({"default", {}}); }
+
+int ParameterSet::add_group(const std::string& name, const GroupOptions& options) {
+  if (name.empty()) throw ShapeError("koptim::ParameterSet::add_group: a group needs a non-empty name");
+  if (find_group(name) >= 0) throw ShapeError("koptim::ParameterSet::add_group: group '" + name + "' already exists");
+  auto check = [&](const std::optional<double>& v, const char* key) {
+    if (v && !(*v >= 0.0 && *v < 1e300)) {
+      std::ostringstream s;
+      s << "koptim::ParameterSet::add_group: group '" << name << "': " << key << " = " << *v
+        << " is not allowed; allowed: a finite value >= 0";
+      throw ConfigError(s.str());
+    }
+  };
+  check(options.lr, "lr");
+  check(options.weight_decay, "weight_decay");
+  groups_.push_back({name, options});
+  return static_cast<int>(groups_.size()) - 1;
+}
+
+int ParameterSet::find(const std::string& name) const {
+  for (std::size_t i = 0; i < params_.size(); ++i)
+    if (params_[i].name == name) return static_cast<int>(i);
+  return -1;
+}
+
+int ParameterSet::find_group(const std::string& name) const {
+  for (std::size_t i = 0; i < groups_.size(); ++i)
+    if (groups_[i].name == name) return static_cast<int>(i);
+  return -1;
+}
+
+std::int64_t ParameterSet::num_elements() const {
+  std::int64_t n = 0;
+  for (const auto& p : params_) n += p.param.size;
+  return n;
+}
+
+void ParameterSet::add_ref(const std::string& name, TensorRef param, TensorRef grad, int group) {
+  const std::string where = "koptim::ParameterSet::add('" + name + "'): ";
+  if (name.empty()) throw ShapeError("koptim::ParameterSet::add: a parameter needs a non-empty name");
+  if (find(name) >= 0) throw ShapeError(where + "a parameter named '" + name + "' is already registered");
+  if (group < 0 || group >= static_cast<int>(groups_.size())) {
+    throw ShapeError(where + "group index " + std::to_string(group) + " does not exist; allowed: 0.." +
+                     std::to_string(groups_.size() - 1));
+  }
+  if (param.shape != grad.shape) {
+    throw ShapeError(where + "gradient shape " + shape_string(grad.shape) + " differs from parameter shape " +
+                     shape_string(param.shape));
+  }
+  if (param.dtype != grad.dtype) {
+    throw ShapeError(where + "gradient scalar type " + to_string(grad.dtype) + " differs from parameter scalar type " +
+                     to_string(param.dtype));
+  }
+  if (param.layout_right != grad.layout_right) {
+    throw ShapeError(where + "gradient layout (" + (grad.layout_right ? "LayoutRight" : "LayoutLeft") +
+                     ") differs from parameter layout (" + (param.layout_right ? "LayoutRight" : "LayoutLeft") + ")");
+  }
+  if (param.data == grad.data && param.size > 0) {
+    throw ShapeError(where + "the gradient View is the parameter View itself");
+  }
+  auto overlaps = [](const TensorRef& a, const TensorRef& b) {
+    const auto a0 = reinterpret_cast<std::uintptr_t>(a.data), b0 = reinterpret_cast<std::uintptr_t>(b.data);
+    return a.size > 0 && b.size > 0 && a0 < b0 + b.bytes() && b0 < a0 + a.bytes();
+  };
+  for (const auto& p : params_) {
+    if (overlaps(p.param, param)) {
+      throw ShapeError(where + "its memory is already registered as parameter '" + p.name +
+                       "' (a parameter registered twice)");
+    }
+  }
+  params_.push_back({name, std::move(param), std::move(grad), group});
+}
+
+}  // namespace koptim

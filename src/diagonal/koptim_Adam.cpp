@@ -1,0 +1,78 @@
+#include <koptim/core/koptim_Check.hpp>
+#include <koptim/diagonal/koptim_Adam.hpp>
+#include <koptim/diagonal/koptim_DiagonalMath.hpp>
+
+#include <cmath>
+#include <limits>
+
+namespace koptim {
+
+namespace {
+std::vector<std::string> adam_slots(const AdamOptions& o) {
+  std::vector<std::string> s{"exp_avg", "exp_avg_sq"};
+  if (o.amsgrad) s.push_back("max_exp_avg_sq");
+  return s;
+}
+
+template <class T>
+void adam_update(const Parameter& p, const Impl::Buffer& m_buf, const Impl::Buffer& v_buf, const Impl::Buffer* vmax_buf,
+                 std::int64_t t, double lr, double wd, bool decoupled, const AdamOptions& o) {
+  const auto w = p.param.flat<T>();
+  const auto g = p.grad.flat<T>();
+  const auto m = m_buf.view<T>();
+  const auto v = v_buf.view<T>();
+  Kokkos::View<T*, MemorySpace> vmax;
+  if (vmax_buf) vmax = vmax_buf->view<T>();
+  // Scalars in double, then rounded once to T, as torch computes them in Python.
+  const double bc1      = 1.0 - std::pow(o.betas[0], static_cast<double>(t));
+  const double bc2      = 1.0 - std::pow(o.betas[1], static_cast<double>(t));
+  const T neg_step_size = static_cast<T>(-(lr / bc1)), bc2_sqrt = static_cast<T>(std::sqrt(bc2)),
+          decay_factor = static_cast<T>(1.0 - lr * wd), wd_ = static_cast<T>(wd),
+          one_minus_b1 = static_cast<T>(1.0 - o.betas[0]), b2 = static_cast<T>(o.betas[1]),
+          one_minus_b2 = static_cast<T>(1.0 - o.betas[1]), eps = static_cast<T>(o.eps);
+  const bool l2 = !decoupled && wd != 0.0, shrink = decoupled && wd != 0.0, amsgrad = vmax_buf != nullptr;
+  Kokkos::parallel_for(
+      "koptim::Adam::update", Kokkos::RangePolicy<ExecutionSpace>(0, p.param.size),
+      KOKKOS_LAMBDA(const std::int64_t i) {
+        T wi = w(i);
+        if (shrink) wi = wi * decay_factor;
+        T d = g(i);
+        if (l2) d = Impl::add_scaled(d, wd_, wi);
+        const T mi = Impl::lerp(m(i), d, one_minus_b1);
+        const T vi = Impl::ema_square(v(i), d, b2, one_minus_b2);
+        m(i)       = mi;
+        v(i)       = vi;
+        T vd       = vi;
+        if (amsgrad) {
+          vd      = Impl::max(vmax(i), vi);
+          vmax(i) = vd;
+        }
+        w(i) = wi + (neg_step_size * mi) / Impl::rms_denominator(vd, bc2_sqrt, eps);
+      });
+}
+}  // namespace
+
+Adam::Adam(ParameterSet params, CommonOptions common, AdamOptions options, bool decoupled_weight_decay)
+    : Impl::ElementwiseOptimizer(decoupled_weight_decay ? "AdamW" : "Adam", std::move(params), std::move(common),
+                                 adam_slots(options)),
+      options_(options),
+      decoupled_(decoupled_weight_decay) {
+  const double inf = std::numeric_limits<double>::infinity();
+  Impl::require_range(name(), "betas[0]", options_.betas[0], 0.0, 1.0, false, true);
+  Impl::require_range(name(), "betas[1]", options_.betas[1], 0.0, 1.0, false, true);
+  Impl::require_range(name(), "eps", options_.eps, 0.0, inf, false, true);
+}
+
+void Adam::update(std::int64_t t, const std::vector<double>& lrs) {
+  const auto& ps = parameters();
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    const auto& p            = ps[i];
+    const Impl::Buffer* vmax = options_.amsgrad ? &buffer(i, 2) : nullptr;
+    dispatch(p.param.dtype, [&](auto zero) {
+      adam_update<decltype(zero)>(p, buffer(i, 0), buffer(i, 1), vmax, t, lrs[p.group], weight_decay(p.group),
+                                  decoupled_, options_);
+    });
+  }
+}
+
+}  // namespace koptim

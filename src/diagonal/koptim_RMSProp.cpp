@@ -1,0 +1,77 @@
+#include <koptim/core/koptim_Check.hpp>
+#include <koptim/diagonal/koptim_DiagonalMath.hpp>
+#include <koptim/diagonal/koptim_RMSProp.hpp>
+
+#include <limits>
+
+namespace koptim {
+
+namespace {
+std::vector<std::string> rmsprop_slots(const RMSPropOptions& o) {
+  std::vector<std::string> s{"square_avg"};
+  if (o.momentum > 0.0) s.push_back("momentum_buffer");
+  if (o.centered) s.push_back("grad_avg");
+  return s;
+}
+
+template <class T>
+void rmsprop_update(const Parameter& p, const Impl::Buffer& sq, const Impl::Buffer* mom, const Impl::Buffer* avg,
+                    double lr, double wd, const RMSPropOptions& o) {
+  const auto w = p.param.flat<T>();
+  const auto g = p.grad.flat<T>();
+  const auto a = sq.view<T>();
+  Kokkos::View<T*, MemorySpace> b, m;
+  if (mom) b = mom->view<T>();
+  if (avg) m = avg->view<T>();
+  const T lr_ = static_cast<T>(lr), wd_ = static_cast<T>(wd), alpha = static_cast<T>(o.alpha),
+          one_minus_alpha = static_cast<T>(1.0 - o.alpha), eps = static_cast<T>(o.eps), mu = static_cast<T>(o.momentum);
+  const bool decay = wd != 0.0, momentum = mom != nullptr, centered = avg != nullptr;
+  Kokkos::parallel_for(
+      "koptim::RMSProp::update", Kokkos::RangePolicy<ExecutionSpace>(0, p.param.size),
+      KOKKOS_LAMBDA(const std::int64_t i) {
+        T d = g(i);
+        if (decay) d = Impl::add_scaled(d, wd_, w(i));
+        const T ai = Impl::ema_square(a(i), d, alpha, one_minus_alpha);
+        a(i)       = ai;
+        T denom;
+        if (centered) {
+          const T mi = Impl::lerp(m(i), d, one_minus_alpha);
+          m(i)       = mi;
+          denom      = Impl::sqrt(ai + (-mi) * mi) + eps;
+        } else {
+          denom = Impl::sqrt(ai) + eps;
+        }
+        if (momentum) {
+          const T bi = b(i) * mu + d / denom;
+          b(i)       = bi;
+          w(i)       = Impl::add_scaled(w(i), -lr_, bi);
+        } else {
+          w(i) = w(i) + (-lr_ * d) / denom;
+        }
+      });
+}
+}  // namespace
+
+RMSProp::RMSProp(ParameterSet params, CommonOptions common, RMSPropOptions options)
+    : Impl::ElementwiseOptimizer("RMSProp", std::move(params), std::move(common), rmsprop_slots(options)),
+      options_(options) {
+  const double inf = std::numeric_limits<double>::infinity();
+  Impl::require_range("RMSProp", "alpha", options_.alpha, 0.0, 1.0);
+  Impl::require_range("RMSProp", "eps", options_.eps, 0.0, inf, false, true);
+  Impl::require_range("RMSProp", "momentum", options_.momentum, 0.0, inf, false, true);
+}
+
+void RMSProp::update(std::int64_t, const std::vector<double>& lrs) {
+  const auto& ps = parameters();
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    const auto& p           = ps[i];
+    std::size_t s           = 1;
+    const Impl::Buffer* mom = options_.momentum > 0.0 ? &buffer(i, s++) : nullptr;
+    const Impl::Buffer* avg = options_.centered ? &buffer(i, s++) : nullptr;
+    dispatch(p.param.dtype, [&](auto zero) {
+      rmsprop_update<decltype(zero)>(p, buffer(i, 0), mom, avg, lrs[p.group], weight_decay(p.group), options_);
+    });
+  }
+}
+
+}  // namespace koptim

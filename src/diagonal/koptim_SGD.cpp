@@ -1,0 +1,59 @@
+#include <koptim/core/koptim_Check.hpp>
+#include <koptim/diagonal/koptim_DiagonalMath.hpp>
+#include <koptim/diagonal/koptim_SGD.hpp>
+
+#include <limits>
+
+namespace koptim {
+
+namespace {
+std::vector<std::string> sgd_slots(const SGDOptions& o) {
+  return o.momentum != 0.0 ? std::vector<std::string>{"momentum_buffer"} : std::vector<std::string>{};
+}
+
+template <class T>
+void sgd_update(const Parameter& p, const Impl::Buffer* buf, bool first, double lr, double wd, const SGDOptions& o) {
+  const auto w = p.param.flat<T>();
+  const auto g = p.grad.flat<T>();
+  Kokkos::View<T*, MemorySpace> b;
+  if (buf) b = buf->view<T>();
+  const T lr_ = static_cast<T>(lr), wd_ = static_cast<T>(wd), mu = static_cast<T>(o.momentum),
+          one_minus_d = static_cast<T>(1.0 - o.dampening);
+  const bool nesterov = o.nesterov, decay = wd != 0.0, momentum = buf != nullptr;
+  Kokkos::parallel_for(
+      "koptim::SGD::update", Kokkos::RangePolicy<ExecutionSpace>(0, p.param.size), KOKKOS_LAMBDA(const std::int64_t i) {
+        T d = g(i);
+        if (decay) d = Impl::add_scaled(d, wd_, w(i));
+        if (momentum) {
+          const T bi = first ? d : Impl::add_scaled(b(i) * mu, one_minus_d, d);
+          b(i)       = bi;
+          d          = nesterov ? Impl::add_scaled(d, mu, bi) : bi;
+        }
+        w(i) = Impl::add_scaled(w(i), -lr_, d);
+      });
+}
+}  // namespace
+
+SGD::SGD(ParameterSet params, CommonOptions common, SGDOptions options)
+    : Impl::ElementwiseOptimizer("SGD", std::move(params), std::move(common), sgd_slots(options)), options_(options) {
+  const double inf = std::numeric_limits<double>::infinity();
+  Impl::require_range("SGD", "momentum", options_.momentum, 0.0, inf, false, true);
+  Impl::require_range("SGD", "dampening", options_.dampening, 0.0, 1.0);
+  if (options_.nesterov && (options_.momentum <= 0.0 || options_.dampening != 0.0)) {
+    throw ConfigError("koptim::SGD: nesterov = true needs momentum > 0 and dampening = 0 (got momentum = " +
+                      std::to_string(options_.momentum) + ", dampening = " + std::to_string(options_.dampening) + ")");
+  }
+}
+
+void SGD::update(std::int64_t t, const std::vector<double>& lrs) {
+  const auto& ps = parameters();
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    const auto& p           = ps[i];
+    const Impl::Buffer* buf = options_.momentum != 0.0 ? &buffer(i, 0) : nullptr;
+    dispatch(p.param.dtype, [&](auto zero) {
+      sgd_update<decltype(zero)>(p, buf, t == 1, lrs[p.group], weight_decay(p.group), options_);
+    });
+  }
+}
+
+}  // namespace koptim

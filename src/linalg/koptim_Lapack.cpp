@@ -1,0 +1,55 @@
+// The only place where koptim calls LAPACK. The Fortran prototypes are declared here rather
+// than taken from lapacke, so a plain -llapack is enough; they stay out of the public headers
+// so that they cannot clash with a user's own LAPACK declarations.
+#include <koptim/linalg/koptim_Eigensolver.hpp>
+
+#include <cstddef>
+#include <vector>
+
+extern "C" {
+// gfortran passes the lengths of character arguments as trailing hidden arguments; passing
+// them is harmless for compilers that do not expect them and required for strict ones.
+void ssyevd_(const char* jobz, const char* uplo, const int* n, float* a, const int* lda, float* w, float* work,
+             const int* lwork, int* iwork, const int* liwork, int* info, std::size_t jobz_len, std::size_t uplo_len);
+void dsyevd_(const char* jobz, const char* uplo, const int* n, double* a, const int* lda, double* w, double* work,
+             const int* lwork, int* iwork, const int* liwork, int* info, std::size_t jobz_len, std::size_t uplo_len);
+}
+
+namespace koptim {
+namespace linalg {
+namespace Impl {
+
+namespace {
+
+template <class T, class F>
+int syevd(F fn, int n, T* a, int lda, T* w) {
+  const char jobz = 'V', uplo = 'L';
+  int info = 0;
+  // Workspace query first, keeping at least the documented minimum (1 + 6n + 2n^2 reals,
+  // 3 + 5n integers): a single-precision query returns the size as a float, which is not
+  // exact above 2^24.
+  T wq       = 0;
+  int iwq    = 0;
+  int lwork  = -1;
+  int liwork = -1;
+  fn(&jobz, &uplo, &n, a, &lda, w, &wq, &lwork, &iwq, &liwork, &info, 1, 1);
+  if (info != 0) return info;
+  const long long lmin  = 1 + 6LL * n + 2LL * n * n;
+  const long long lq    = static_cast<long long>(wq) + 1;
+  const long long limin = 3 + 5LL * n;
+  lwork                 = static_cast<int>(lq > lmin ? lq : lmin);
+  liwork                = static_cast<int>(iwq > limin ? iwq : limin);
+  std::vector<T> work(static_cast<std::size_t>(lwork));
+  std::vector<int> iwork(static_cast<std::size_t>(liwork));
+  fn(&jobz, &uplo, &n, a, &lda, w, work.data(), &lwork, iwork.data(), &liwork, &info, 1, 1);
+  return info;
+}
+
+}  // namespace
+
+int lapack_syevd(int n, float* a, int lda, float* w) { return syevd<float>(ssyevd_, n, a, lda, w); }
+int lapack_syevd(int n, double* a, int lda, double* w) { return syevd<double>(dsyevd_, n, a, lda, w); }
+
+}  // namespace Impl
+}  // namespace linalg
+}  // namespace koptim

@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""Reference trajectories of torch.optim's diagonal optimizers for koptim's unit tests.
+
+Writes diagonal_torch.txt beside this script. Gradients and initial parameters come from a
+counter-based hash (splitmix64) that unit_tests/koptim_TestData.hpp reproduces bit for bit,
+scaled by powers of two, so both sides start from exactly the same numbers in float32 and
+float64 and the file only stores the parameters after steps 1, 10, 50 and 100.
+
+Run with a Python that has torch (developer-time only; the tests do not need Python):
+    python3 -m pip install torch && python3 unit_tests/reference/generate_diagonal.py
+"""
+import os
+import torch
+
+M64 = (1 << 64) - 1
+SHAPES = [(17,), (4, 6), (3, 2, 5), (2, 3, 2, 2)]
+STEPS = 100
+CHECKS = [1, 10, 50, 100]
+
+
+def mix(x):
+    x = (x + 0x9E3779B97F4A7C15) & M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & M64
+    return x ^ (x >> 31)
+
+
+def hash4(seed, tensor, step, index):
+    return mix(mix(mix(mix(seed) ^ tensor) ^ step) ^ index)
+
+
+def value(seed, tensor, step, index):
+    """Uniform in [-1, 1) on a 2^-23 grid times 2^(step % 4 - 1); zero for 1 in 8 gradient entries."""
+    h = hash4(seed, tensor, step, index)
+    u = ((h >> 40) - (1 << 23)) / float(1 << 23)
+    if step == 0:
+        return u
+    if (h & 7) == 0:
+        return 0.0
+    return u * 2.0 ** ((step % 4) - 1)
+
+
+CASES = [
+    # name, optimizer, options, extra group (lr, weight_decay) for tensors 2 and 3 or None
+    ("sgd_plain", "SGD", dict(lr=0.05), None),
+    ("sgd_momentum", "SGD", dict(lr=0.05, momentum=0.9), None),
+    ("sgd_dampening_wd", "SGD", dict(lr=0.02, momentum=0.9, dampening=0.3, weight_decay=0.01), None),
+    ("sgd_nesterov_wd", "SGD", dict(lr=0.02, momentum=0.8, nesterov=True, weight_decay=0.05), None),
+    ("sgd_groups", "SGD", dict(lr=0.05, momentum=0.9), (0.01, 0.1)),
+    ("adagrad_default", "AdaGrad", dict(lr=1e-2), None),
+    ("adagrad_full", "AdaGrad",
+     dict(lr=0.1, lr_decay=0.01, weight_decay=0.01, initial_accumulator_value=0.1, eps=1e-6), None),
+    ("rmsprop_default", "RMSProp", dict(lr=1e-2), None),
+    ("rmsprop_centered", "RMSProp", dict(lr=1e-3, centered=True), None),
+    ("rmsprop_momentum_wd", "RMSProp", dict(lr=1e-3, momentum=0.9, weight_decay=0.01), None),
+    ("rmsprop_centered_momentum", "RMSProp", dict(lr=1e-3, alpha=0.9, centered=True, momentum=0.5, eps=1e-6), None),
+    ("adam_default", "Adam", dict(lr=1e-3), None),
+    ("adam_wd", "Adam", dict(lr=1e-2, weight_decay=0.01), None),
+    ("adam_amsgrad", "Adam", dict(lr=1e-2, amsgrad=True), None),
+    ("adam_betas_eps", "Adam", dict(lr=1e-2, betas=(0.8, 0.99), eps=1e-6), None),
+    ("adam_low_beta1", "Adam", dict(lr=1e-2, betas=(0.3, 0.9)), None),
+    ("adamw_default", "AdamW", dict(lr=1e-3), None),
+    ("adamw_amsgrad_wd", "AdamW", dict(lr=1e-2, weight_decay=0.1, amsgrad=True), None),
+    ("adamw_groups", "AdamW", dict(lr=1e-2), (1e-3, 0.0)),
+]
+
+TORCH = {
+    "SGD": torch.optim.SGD,
+    "AdaGrad": torch.optim.Adagrad,
+    "RMSProp": torch.optim.RMSprop,
+    "Adam": torch.optim.Adam,
+    "AdamW": torch.optim.AdamW,
+}
+
+
+def fmt(x, dtype):
+    return "%.9g" % x if dtype == torch.float32 else repr(float(x))
+
+
+def run_case(out, seed, name, opt, options, group, dtype):
+    params = []
+    for t, shape in enumerate(SHAPES):
+        n = 1
+        for d in shape:
+            n *= d
+        init = [value(seed, t, 0, i) for i in range(n)]
+        params.append(torch.tensor(init, dtype=dtype).reshape(shape).requires_grad_(False))
+    if group is None:
+        groups = [{"params": params}]
+    else:
+        groups = [{"params": params[:2]}, {"params": params[2:], "lr": group[0], "weight_decay": group[1]}]
+    o = TORCH[opt](groups, foreach=False, **options)
+    dname = "float32" if dtype == torch.float32 else "float64"
+    out.write("case %s %s %s %d\n" % (name, opt, dname, seed))
+    for k, v in options.items():
+        if isinstance(v, tuple):
+            out.write("option %s %r %r\n" % (k, v[0], v[1]))
+        elif isinstance(v, bool):
+            out.write("option %s %s\n" % (k, "true" if v else "false"))
+        else:
+            out.write("option %s %r\n" % (k, v))
+    if group is not None:
+        out.write("group 2 %r %r\n" % group)
+    for shape in SHAPES:
+        out.write("tensor %d %s\n" % (len(shape), " ".join(str(d) for d in shape)))
+    for step in range(1, STEPS + 1):
+        for t, p in enumerate(params):
+            g = [value(seed, t, step, i) for i in range(p.numel())]
+            p.grad = torch.tensor(g, dtype=dtype).reshape(p.shape)
+        o.step()
+        if step in CHECKS:
+            for t, p in enumerate(params):
+                out.write("check %d %d %s\n" % (step, t, " ".join(fmt(x, dtype) for x in p.flatten().tolist())))
+    out.write("end\n")
+
+
+def main():
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "diagonal_torch.txt")
+    with open(path, "w") as out:
+        out.write("# torch %s; generated by generate_diagonal.py; do not edit\n" % torch.__version__)
+        seed = 1
+        for name, opt, options, group in CASES:
+            for dtype in (torch.float32, torch.float64):
+                run_case(out, seed, name, opt, options, group, dtype)
+                seed += 1
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    main()

@@ -1,0 +1,80 @@
+// A NaN or Inf gradient: "error" throws naming the parameter and changes nothing; "skip_step"
+// skips the step and changes nothing; the next finite step proceeds normally.
+#include "koptim_TestData.hpp"
+#include "koptim_TestTensor.hpp"
+
+#include <koptim/koptim.hpp>
+
+#include <gtest/gtest.h>
+
+#include <limits>
+
+namespace {
+
+using koptim_test::TestTensor;
+
+class NonFinite : public ::testing::TestWithParam<std::string> {};
+
+std::unique_ptr<koptim::Optimizer> make(const koptim::ParameterSet& p, const std::string& optimizer,
+                                        const std::string& policy) {
+  Teuchos::ParameterList l;
+  l.set("optimizer", optimizer);
+  l.set("lr", 0.01);
+  l.set("nonfinite_gradient", policy);
+  return koptim::create(p, l);
+}
+
+TEST_P(NonFinite, ErrorNamesParameterAndChangesNothing) {
+  for (double bad : {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity(),
+                     -std::numeric_limits<double>::infinity()}) {
+    TestTensor<float> a({4, 4}, "a"), b({6}, "b");
+    koptim::ParameterSet params;
+    a.add_to(params, "layer.a");
+    b.add_to(params, "layer.b");
+    a.set(false, [](std::int64_t i) { return koptim_test::value(3, 0, 0, i); });
+    b.set(false, [](std::int64_t i) { return koptim_test::value(3, 1, 0, i); });
+    auto opt = make(params, GetParam(), "error");
+    a.set(true, [](std::int64_t i) { return koptim_test::value(3, 0, 1, i); });
+    b.set(true, [](std::int64_t i) { return koptim_test::value(3, 1, 1, i); });
+    opt->step();
+    const auto state = opt->export_state();
+    const auto pa = a.get(), pb = b.get();
+    b.set(true, [&](std::int64_t i) { return i == 4 ? bad : 1.0; });
+    try {
+      opt->step();
+      ADD_FAILURE() << "no error for a non-finite gradient";
+    } catch (const koptim::NonFiniteError& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("parameter 'layer.b'"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("1 non-finite value(s), the first at flat index 4"), std::string::npos) << msg;
+    }
+    EXPECT_EQ(a.get(), pa);
+    EXPECT_EQ(b.get(), pb);
+    EXPECT_TRUE(opt->export_state() == state);
+    EXPECT_EQ(opt->step_count(), 1);
+  }
+}
+
+TEST_P(NonFinite, SkipStepSkipsAndContinues) {
+  TestTensor<double> a({3, 5}, "a");
+  koptim::ParameterSet params;
+  a.add_to(params, "a");
+  auto opt = make(params, GetParam(), "skip_step");
+  a.set(true, [](std::int64_t i) { return i == 7 ? std::numeric_limits<double>::quiet_NaN() : 1.0; });
+  const auto state = opt->export_state();
+  opt->step();
+  EXPECT_EQ(opt->skipped_steps(), 1);
+  EXPECT_EQ(opt->step_count(), 0);
+  for (double x : a.get()) EXPECT_EQ(x, 0.0);
+  auto after                      = opt->export_state();
+  after.integers["skipped_steps"] = 0;
+  EXPECT_TRUE(after == state);
+  a.set(true, [](std::int64_t) { return 1.0; });
+  opt->step();
+  EXPECT_EQ(opt->step_count(), 1);
+  for (double x : a.get()) EXPECT_LT(x, 0.0);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllDiagonal, NonFinite, ::testing::Values("SGD", "AdaGrad", "RMSProp", "Adam", "AdamW"));
+
+}  // namespace

@@ -1,0 +1,132 @@
+// Export and import of the complete optimizer state: a round trip continues the trajectory
+// exactly, and a state that does not fit is rejected with a clear error and changes nothing.
+#include "koptim_TestData.hpp"
+#include "koptim_TestTensor.hpp"
+
+#include <koptim/koptim.hpp>
+
+#include <gtest/gtest.h>
+
+namespace {
+
+using koptim_test::TestTensor;
+
+struct Model {
+  TestTensor<float> a{{5, 3}, "a"};
+  TestTensor<double> b{{7}, "b"};
+  koptim::ParameterSet params;
+  Model() {
+    a.set(false, [](std::int64_t i) { return koptim_test::value(7, 0, 0, i); });
+    b.set(false, [](std::int64_t i) { return koptim_test::value(7, 1, 0, i); });
+    a.add_to(params, "a");
+    b.add_to(params, "b");
+  }
+  void gradients(int step) {
+    a.set(true, [&](std::int64_t i) { return koptim_test::value(7, 0, step, i); });
+    b.set(true, [&](std::int64_t i) { return koptim_test::value(7, 1, step, i); });
+  }
+};
+
+std::unique_ptr<koptim::Optimizer> make(const koptim::ParameterSet& p, const std::string& name) {
+  Teuchos::ParameterList l;
+  l.set("optimizer", name);
+  l.set("lr", 0.01);
+  if (name == "SGD") l.set("momentum", 0.9);
+  if (name == "RMSProp") {
+    l.set("centered", true);
+    l.set("momentum", 0.5);
+  }
+  if (name == "Adam" || name == "AdamW") l.set("amsgrad", true);
+  return koptim::create(p, l);
+}
+
+class StateRoundTrip : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(StateRoundTrip, ResumesBitwise) {
+  Model m1, m2;
+  auto o1 = make(m1.params, GetParam());
+  auto o2 = make(m2.params, GetParam());
+  for (int s = 1; s <= 5; ++s) {
+    m1.gradients(s);
+    o1->step();
+  }
+  const auto state = o1->export_state();
+  EXPECT_EQ(state.integers.at("step"), 5);
+  // The state holds every buffer: its bytes are the optimizer's state_bytes().
+  std::size_t bytes = 0;
+  for (const auto& kv : state.tensors) bytes += kv.second.data.size();
+  EXPECT_EQ(bytes, o1->state_bytes());
+  // Move the second model to the same parameters, import, and continue both.
+  Kokkos::deep_copy(m2.a.p2, m1.a.p2);
+  Kokkos::deep_copy(m2.b.p1, m1.b.p1);
+  o2->import_state(state);
+  EXPECT_EQ(o2->step_count(), 5);
+  EXPECT_TRUE(o2->export_state() == state);
+  for (int s = 6; s <= 10; ++s) {
+    m1.gradients(s);
+    m2.gradients(s);
+    o1->step();
+    o2->step();
+  }
+  EXPECT_EQ(m1.a.get(), m2.a.get());
+  EXPECT_EQ(m1.b.get(), m2.b.get());
+}
+
+INSTANTIATE_TEST_SUITE_P(AllDiagonal, StateRoundTrip, ::testing::Values("SGD", "AdaGrad", "RMSProp", "Adam", "AdamW"));
+
+TEST(StateImport, RejectsWhatDoesNotFitAndChangesNothing) {
+  Model m;
+  auto opt = make(m.params, "AdamW");
+  m.gradients(1);
+  opt->step();
+  const auto good      = opt->export_state();
+  auto expect_rejected = [&](koptim::OptimizerState s, const std::string& what) {
+    try {
+      opt->import_state(s);
+      ADD_FAILURE() << "accepted a state with " << what;
+    } catch (const koptim::StateError& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+    EXPECT_TRUE(opt->export_state() == good);  // unchanged
+  };
+  auto s      = good;
+  s.optimizer = "Adam";
+  expect_rejected(s, "belongs to optimizer 'Adam'");
+  s = good;
+  s.tensors.erase("b/exp_avg_sq");
+  expect_rejected(s, "no tensor 'b/exp_avg_sq'");
+  s = good;
+  s.tensors["a/exp_avg"].data.resize(8);
+  s.tensors["a/exp_avg"].shape = {2};
+  expect_rejected(s, "'a/exp_avg' has shape (2,)");
+  s                            = good;
+  s.tensors["a/exp_avg"].dtype = koptim::ScalarType::float64;
+  expect_rejected(s, "'a/exp_avg' has scalar type float64, expected float32");
+  s                      = good;
+  s.tensors["c/exp_avg"] = s.tensors["a/exp_avg"];
+  expect_rejected(s, "tensor 'c/exp_avg', which belongs to no parameter");
+  s = good;
+  s.integers.erase("step");
+  expect_rejected(s, "no integer 'step'");
+  // A rejected import in the middle of the list must not have copied the entries before it.
+  s = good;
+  for (auto& kv : s.tensors) std::fill(kv.second.data.begin(), kv.second.data.end(), 0);
+  s.tensors["b/max_exp_avg_sq"].shape = {3};
+  s.tensors["b/max_exp_avg_sq"].data.resize(24);
+  expect_rejected(s, "'b/max_exp_avg_sq' has shape (3,)");
+}
+
+TEST(StateBytes, AreExact) {
+  Model m;  // 15 float + 7 double parameters
+  const std::size_t f = 15 * 4, d = 7 * 8;
+  EXPECT_EQ(make(m.params, "SGD")->state_bytes(), f + d);            // momentum buffer
+  EXPECT_EQ(make(m.params, "AdaGrad")->state_bytes(), f + d);        // sum
+  EXPECT_EQ(make(m.params, "RMSProp")->state_bytes(), 3 * (f + d));  // square_avg, momentum, grad_avg
+  EXPECT_EQ(make(m.params, "AdamW")->state_bytes(), 3 * (f + d));    // exp_avg, exp_avg_sq, max (amsgrad)
+  koptim::CommonOptions c;
+  c.lr = 0.1;
+  EXPECT_EQ(koptim::SGD(m.params, c).state_bytes(), 0u);  // no momentum, no state
+  EXPECT_EQ(koptim::Adam(m.params, c).state_bytes(), 2 * (f + d));
+}
+
+}  // namespace

@@ -18,6 +18,7 @@ std::string number(double v) {
 }  // namespace
 
 std::string entry_value_string(const Teuchos::ParameterEntry& entry) {
+  if (entry.isType<bool>()) return Teuchos::getValue<bool>(entry) ? "true" : "false";
   std::ostringstream s;
   s << entry.getAny(false);
   return s.str();

@@ -13,6 +13,7 @@
 #include <koptim/diagonal/koptim_AdaGrad.hpp>
 #include <koptim/diagonal/koptim_RMSProp.hpp>
 #include <koptim/diagonal/koptim_Adam.hpp>
+#include <koptim/shampoo/koptim_Shampoo.hpp>
 #include <koptim/config/koptim_Factory.hpp>
 
 #endif

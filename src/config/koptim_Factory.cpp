@@ -5,6 +5,7 @@
 #include <koptim/diagonal/koptim_Adam.hpp>
 #include <koptim/diagonal/koptim_RMSProp.hpp>
 #include <koptim/diagonal/koptim_SGD.hpp>
+#include <koptim/shampoo/koptim_Shampoo.hpp>
 
 #include <Teuchos_XMLParameterListCoreHelpers.hpp>
 #include <Teuchos_YamlParameterListCoreHelpers.hpp>
@@ -13,6 +14,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <regex>
 #include <sstream>
 
 namespace koptim {
@@ -32,6 +34,8 @@ struct Entry {
   std::function<void(ParameterList&)> add_keys;
   std::vector<std::string> required;
   std::function<std::unique_ptr<Optimizer>(const ParameterSet&, const CommonOptions&, const ParameterList&)> build;
+  // A sublist whose keys follow a pattern rather than a fixed list (checked by build()).
+  std::string pattern_sublist = "";
 };
 
 template <class T>
@@ -154,6 +158,134 @@ const std::vector<Entry>& entries() {
          o.amsgrad     = l.get<bool>("amsgrad");
          return std::make_unique<AdamW>(p, c, o);
        }},
+      {"Shampoo",
+       "Distributed Shampoo (single process): block-diagonal Kronecker-factored preconditioning with grafting.",
+       [](ParameterList& l) {
+         add_common(l, 1e-2, 0.0, "Weight decay, applied as weight_decay_type says");
+         Teuchos::Array<double> betas(2);
+         betas[0] = 0.9;
+         betas[1] = 1.0;
+         add(l, "betas", betas,
+             "(b1, b2): b1 filters the gradient (0: no filtering), b2 weighs the factor matrices (1: sum). b1 in [0, "
+             "1), "
+             "b2 in (0, 1].",
+             V::real_array(2, 0.0, 1.0));
+         add(l, "beta3", -1.0, "Filter of the gradient fed to the preconditioner; -1 means beta3 = b1.",
+             V::real(-1.0, 1.0, false, true));
+         add(l, "epsilon", 1e-12,
+             "Added to the factors before the inverse root (and the eigenvalue-corrected denominator).",
+             V::real(0.0, inf, false, true));
+         add(l, "momentum", 0.0, "Classic momentum mu applied to the preconditioned direction.",
+             V::real(0.0, 1.0, false, true));
+         add(l, "dampening", 0.0, "Dampening d of the momentum.", V::real(0.0, 1.0, false, true));
+         add(l, "use_nesterov", false, "Nesterov momentum (needs momentum > 0).", V::boolean());
+         add(l, "weight_decay_type", std::string("decoupled"),
+             "L2 (added to the gradient), decoupled (weight_decay W added to the direction), corrected "
+             "(weight_decay lr/lr_peak W) or independent (weight_decay/lr_peak W); lr_peak is the group's lr.",
+             V::choice({"L2", "decoupled", "corrected", "independent"}));
+         add(l, "max_preconditioner_dim", 1024,
+             "Largest side of a factor matrix: dims are merged up to it and split above it.", V::integer(1));
+         add(l, "use_merge_dims", true, "Merge adjacent dimensions (from the last one) while their product fits.",
+             V::boolean());
+         add(l, "precondition_frequency", 1, "Inverse roots are recomputed every this many steps.", V::integer(1));
+         add(l, "start_preconditioning_step", -1,
+             "First step that uses the Shampoo direction (-1: precondition_frequency); the grafting method alone "
+             "before.",
+             V::integer(-1));
+         add(l, "use_bias_correction", true, "Bias-correct the filtered gradient and the factors.", V::boolean());
+         add(l, "grafting", std::string("none"), "Grafting method giving each block's step size.",
+             V::choice({"none", "SGD", "AdaGrad", "RMSProp", "Adam"}));
+         add(l, "grafting_beta2", -1.0,
+             "Second-moment decay of RMSProp/Adam grafting; -1: 0.99 (RMSProp), 0.999 (Adam).",
+             V::real(-1.0, 1.0, false, true));
+         add(l, "grafting_epsilon", 1e-10, "Epsilon of the grafting method.", V::real(0.0, inf, false, true));
+         add(l, "eigenvalue_corrected", false,
+             "Eigenvalue-corrected Shampoo (SOAP-like): Adam-style second moment in the factors' eigenbasis.",
+             V::boolean());
+         add(l, "root_method", std::string("eigen"), "Inverse roots by symmetric eigendecomposition or coupled Newton.",
+             V::choice({"eigen", "coupled_newton"}));
+         add(l, "eigensolver", std::string("automatic"),
+             "automatic (LAPACK for host memory, batched Jacobi otherwise), lapack or jacobi.",
+             V::choice({"automatic", "lapack", "jacobi"}));
+         add(l, "pseudo_inverse", false, "Pseudo-inverse roots of rank-deficient factors (needs epsilon = 0).",
+             V::boolean());
+         add(l, "rank_rtol", 0.0, "Pseudo-inverse: eigenvalues <= max(rank_rtol lambda_max, rank_atol) count as zero.",
+             V::real(0.0, inf, false, true));
+         add(l, "rank_atol", 0.0, "Pseudo-inverse: see rank_rtol.", V::real(0.0, inf, false, true));
+         add(l, "num_tolerated_failed_amortized_computations", 3,
+             "Consecutive root-inverse solver failures of a block tolerated (the previous root is kept) before an "
+             "error.",
+             V::integer(0));
+         l.sublist("inverse_exponent_override", false,
+                   "Exponent a of X = L^-a: keys order_K (every dimension of blocks of order K) or order_K_dim_J (one "
+                   "dimension), values >= 0; 0 leaves the dimension unpreconditioned. Default a = 1/(2 max(K, 1)).");
+       },
+       {},
+       [](const ParameterSet& p, const CommonOptions& c, const ParameterList& l) -> std::unique_ptr<Optimizer> {
+         ShampooOptions o;
+         const auto& b                = l.get<Teuchos::Array<double>>("betas");
+         o.betas                      = {b[0], b[1]};
+         o.beta3                      = l.get<double>("beta3");
+         o.epsilon                    = l.get<double>("epsilon");
+         o.momentum                   = l.get<double>("momentum");
+         o.dampening                  = l.get<double>("dampening");
+         o.use_nesterov               = l.get<bool>("use_nesterov");
+         const auto wdt               = l.get<std::string>("weight_decay_type");
+         o.weight_decay_type          = wdt == "L2"          ? WeightDecayType::L2
+                                        : wdt == "decoupled" ? WeightDecayType::decoupled
+                                        : wdt == "corrected" ? WeightDecayType::corrected
+                                                             : WeightDecayType::independent;
+         o.max_preconditioner_dim     = l.get<int>("max_preconditioner_dim");
+         o.use_merge_dims             = l.get<bool>("use_merge_dims");
+         o.precondition_frequency     = l.get<int>("precondition_frequency");
+         o.start_preconditioning_step = l.get<int>("start_preconditioning_step");
+         o.use_bias_correction        = l.get<bool>("use_bias_correction");
+         const auto g                 = l.get<std::string>("grafting");
+         o.grafting                   = g == "none"      ? Grafting::none
+                                        : g == "SGD"     ? Grafting::SGD
+                                        : g == "AdaGrad" ? Grafting::AdaGrad
+                                        : g == "RMSProp" ? Grafting::RMSProp
+                                                         : Grafting::Adam;
+         o.grafting_beta2             = l.get<double>("grafting_beta2");
+         o.grafting_epsilon           = l.get<double>("grafting_epsilon");
+         o.eigenvalue_corrected       = l.get<bool>("eigenvalue_corrected");
+         o.root_method                = l.get<std::string>("root_method") == "eigen" ? linalg::RootMethod::eigen
+                                                                                     : linalg::RootMethod::coupled_newton;
+         const auto es                = l.get<std::string>("eigensolver");
+         o.eigensolver                = es == "automatic" ? linalg::EighSolver::automatic
+                                        : es == "lapack"  ? linalg::EighSolver::lapack
+                                                          : linalg::EighSolver::jacobi;
+         o.pseudo_inverse             = l.get<bool>("pseudo_inverse");
+         o.rank_rtol                  = l.get<double>("rank_rtol");
+         o.rank_atol                  = l.get<double>("rank_atol");
+         o.num_tolerated_failed_amortized_computations = l.get<int>("num_tolerated_failed_amortized_computations");
+         const ParameterList& ov                       = l.sublist("inverse_exponent_override");
+         static const std::regex order_re("order_([0-9]+)"), dim_re("order_([0-9]+)_dim_([0-9]+)");
+         for (auto it = ov.begin(); it != ov.end(); ++it) {
+           const std::string& k = ov.name(it);
+           const auto& e        = ov.entry(it);
+           double a             = 0;
+           if (e.isType<double>()) {
+             a = Teuchos::getValue<double>(e);
+           } else if (e.isType<int>()) {
+             a = Teuchos::getValue<int>(e);
+           } else {
+             throw ConfigError("koptim: key 'inverse_exponent_override/" + k + "' = " + Impl::entry_value_string(e) +
+                               " must be a real >= 0");
+           }
+           std::smatch m;
+           if (std::regex_match(k, m, dim_re)) {
+             o.inverse_exponent_override_dim[{std::stoi(m[1]), std::stoi(m[2])}] = a;
+           } else if (std::regex_match(k, m, order_re)) {
+             o.inverse_exponent_override[std::stoi(m[1])] = a;
+           } else {
+             throw ConfigError("koptim: unknown key 'inverse_exponent_override/" + k +
+                               "'; allowed: order_K or order_K_dim_J (K, J integers)");
+           }
+         }
+         return std::make_unique<Shampoo>(p, c, o);
+       },
+       "inverse_exponent_override"},
   };
   return table;
 }
@@ -179,9 +311,15 @@ std::string keys_string(const ParameterList& l) {
 // Unknown keys and sublists, before Teuchos sees the list (its message would list every valid
 // entry with its documentation).
 void reject_unknown_keys(const ParameterList& given, const ParameterList& valid, const std::string& optimizer,
-                         const std::string& where) {
+                         const std::string& where, const std::string& pattern_sublist = "") {
   for (auto it = given.begin(); it != given.end(); ++it) {
-    const std::string& key           = given.name(it);
+    const std::string& key = given.name(it);
+    if (!pattern_sublist.empty() && key == pattern_sublist) {
+      if (!given.entry(it).isList())
+        throw ConfigError("koptim: key '" + key + "' in list '" + where + "' for optimizer " + optimizer +
+                          " must be a sublist");
+      continue;
+    }
     const auto& e                    = given.entry(it);
     const Teuchos::ParameterEntry* v = valid.getEntryPtr(key);
     if (v == nullptr) {
@@ -244,7 +382,8 @@ RCP<const ParameterList> valid_parameters(const std::string& optimizer) {
 ParameterList validated_parameters(const ParameterList& list) {
   const std::string optimizer = optimizer_of(list);
   const auto valid            = valid_parameters(optimizer);
-  reject_unknown_keys(list, *valid, optimizer, list.name());
+  const std::string& pattern  = entry(optimizer).pattern_sublist;
+  reject_unknown_keys(list, *valid, optimizer, list.name(), pattern);
   for (const auto& key : entry(optimizer).required) {
     if (!list.isParameter(key)) {
       throw ConfigError("koptim: key '" + key + "' is required for optimizer " + optimizer + " (" +
@@ -252,11 +391,17 @@ ParameterList validated_parameters(const ParameterList& list) {
     }
   }
   ParameterList copy(list);
+  ParameterList patterned;
+  if (!pattern.empty() && copy.isSublist(pattern)) {
+    patterned = copy.sublist(pattern);
+    copy.remove(pattern);
+  }
   try {
     copy.validateParametersAndSetDefaults(*valid);
   } catch (const std::exception& ex) {
     throw ConfigError(std::string("koptim: optimizer ") + optimizer + ": " + ex.what());
   }
+  if (!pattern.empty()) copy.sublist(pattern) = patterned;
   return copy;
 }
 

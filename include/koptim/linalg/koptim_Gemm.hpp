@@ -1,0 +1,76 @@
+// Matrix products of koptim's preconditioners through Kokkos Kernels.
+//
+// A row-major (m x n) block of memory is a column-major (n x m) matrix: koptim keeps its block
+// tensors row-major (as torch does) and hands Kokkos Kernels LayoutLeft views of them, so the
+// products run through the LayoutLeft instantiations (and the BLAS TPL) every Kokkos Kernels
+// build has. Mode-j products and Gram matrices of mode-j unfoldings are built on that.
+#ifndef KOPTIM_LINALG_GEMM_HPP
+#define KOPTIM_LINALG_GEMM_HPP
+
+#include <koptim/core/koptim_Tensor.hpp>
+
+#include <KokkosBlas3_gemm.hpp>
+
+#include <cstdint>
+#include <vector>
+
+namespace koptim {
+namespace linalg {
+
+template <class T>
+using ColMajor = Kokkos::View<T**, Kokkos::LayoutLeft, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+
+// The shape of a row-major tensor seen around dimension j: pre x d_j x post.
+struct ModeSplit {
+  std::int64_t pre = 1, dim = 1, post = 1;
+  ModeSplit(const std::vector<std::int64_t>& shape, int j) {
+    dim = shape[j];
+    for (int i = 0; i < j; ++i) pre *= shape[i];
+    for (std::size_t i = j + 1; i < shape.size(); ++i) post *= shape[i];
+  }
+};
+
+// L <- beta L + alpha G_(j) G_(j)^T, with G a row-major tensor of the given shape (data in
+// device memory) and L a d_j x d_j matrix.
+template <class T>
+void gram_of_unfolding(const T* G, const std::vector<std::int64_t>& shape, int j, T alpha, T beta, T* L) {
+  const ModeSplit s(shape, j);
+  ColMajor<T> Lm(L, s.dim, s.dim);
+  if (s.post == 1) {
+    // G is (pre x d) row-major = (d x pre) column-major Gt; G_(j) = Gt.
+    ColMajor<T> Gt(const_cast<T*>(G), s.dim, s.pre);
+    KokkosBlas::gemm("N", "T", alpha, Gt, Gt, beta, Lm);
+    return;
+  }
+  // Slice p is (d x post) row-major = (post x d) column-major S_p; G_(j) = [S_0^T ... ].
+  for (std::int64_t p = 0; p < s.pre; ++p) {
+    ColMajor<T> Sp(const_cast<T*>(G) + p * s.dim * s.post, s.post, s.dim);
+    KokkosBlas::gemm("T", "N", alpha, Sp, Sp, p == 0 ? beta : T(1), Lm);
+  }
+}
+
+// Y = M x_j op(A): Y_(j) = op(A) M_(j), op(A) = A or A^T (trans = 'T'), A a d_j x d_j matrix in
+// column-major order, M and Y row-major tensors of the given shape (Y must not alias M).
+template <class T>
+void mode_product(const T* M, const std::vector<std::int64_t>& shape, int j, const T* A, char trans, T* Y) {
+  const ModeSplit s(shape, j);
+  ColMajor<T> Am(const_cast<T*>(A), s.dim, s.dim);
+  const char ta[2] = {trans, '\0'};
+  if (s.post == 1) {
+    // Yt (d x pre) = op(A) Mt.
+    ColMajor<T> Mt(const_cast<T*>(M), s.dim, s.pre), Yt(Y, s.dim, s.pre);
+    KokkosBlas::gemm(ta, "N", T(1), Am, Mt, T(0), Yt);
+    return;
+  }
+  // Per slice: Y_p (d x post) = op(A) M_p, i.e. Yt_p (post x d) = Mt_p op(A)^T.
+  const char tb[2] = {trans == 'T' ? 'N' : 'T', '\0'};
+  for (std::int64_t p = 0; p < s.pre; ++p) {
+    ColMajor<T> Mt(const_cast<T*>(M) + p * s.dim * s.post, s.post, s.dim), Yt(Y + p * s.dim * s.post, s.post, s.dim);
+    KokkosBlas::gemm("N", tb, T(1), Mt, Am, T(0), Yt);
+  }
+}
+
+}  // namespace linalg
+}  // namespace koptim
+
+#endif

@@ -1,0 +1,738 @@
+// Inverse matrix roots X = (L + eps I)^(-a) of symmetric positive semidefinite factor
+// matrices, the core of Shampoo's "amortized computation" (ALGORITHMS.md 2.2 step 3).
+//
+// batched_inverse_root() takes a batch of same-size factors (batch x n x n, any memory space)
+// with one exponent per matrix and returns one RootInfo per matrix, so that the optimizer can
+// apply its failure rules: nonfinite_input and nonfinite_output are errors, solver_failure
+// keeps the previous root and counts. X(b) is written only when matrix b succeeds, so the
+// previous root survives every failure. inverse_root() is the same for one matrix.
+//
+// Default method: eigendecomposition of L + eps I (LAPACK for host memory, the batched Jacobi
+// solver otherwise or on request), the shift rule "if lambda_min < eps, lambda <- lambda -
+// lambda_min + eps", X = Q diag(lambda^-a) Q^T. A factor that is exactly diagonal skips the
+// solver; a single-precision solver failure is retried in double; the pseudo-inverse option
+// (eps must be 0) gives 0 for eigenvalues at or below max(rank_rtol max(lambda_max, 0),
+// rank_atol). Exponent 0 gives the identity whatever the factor holds (that dimension is not
+// preconditioned, its factor is never looked at). Alternative method: the coupled Newton iteration,
+// built from KokkosBlas::gemm only, for exponents a = 1/p with p a positive integer.
+#ifndef KOPTIM_LINALG_MATRIXROOT_HPP
+#define KOPTIM_LINALG_MATRIXROOT_HPP
+
+#include <koptim/core/koptim_Error.hpp>
+#include <koptim/core/koptim_Kokkos.hpp>
+#include <koptim/core/koptim_Math.hpp>
+#include <koptim/core/koptim_Profiling.hpp>
+#include <koptim/linalg/koptim_Eigensolver.hpp>
+
+#include <KokkosBlas3_gemm.hpp>
+
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace koptim {
+namespace linalg {
+
+enum class RootMethod { eigen, coupled_newton };
+
+// automatic: LAPACK when the factors are in host-accessible memory, Jacobi otherwise.
+enum class EighSolver { automatic, lapack, jacobi };
+
+enum class RootStatus {
+  success,
+  solver_failure,    // the eigensolver failed (after the retry in double): keep the previous root
+  nonfinite_input,   // the factor holds a NaN or an infinity: an error
+  nonfinite_output,  // the root would not be finite (e.g. a zero eigenvalue with eps = 0): an error
+};
+
+inline const char* to_string(RootStatus s) {
+  switch (s) {
+    case RootStatus::success:
+      return "success";
+    case RootStatus::solver_failure:
+      return "solver failure";
+    case RootStatus::nonfinite_input:
+      return "non-finite input";
+    case RootStatus::nonfinite_output:
+      return "non-finite output";
+  }
+  return "unknown";
+}
+
+struct InverseRootOptions {
+  RootMethod method = RootMethod::eigen;
+  EighSolver solver = EighSolver::automatic;
+  // Added to the diagonal before the decomposition; also the floor of the shift rule.
+  double epsilon = 1e-12;
+  // Pseudo-inverse root for rank-deficient factors; requires epsilon == 0.
+  bool use_pseudo_inverse = false;
+  double rank_rtol        = 0.0;
+  double rank_atol        = 0.0;
+  // Retry a failed single-precision eigendecomposition in double precision.
+  bool retry_double_precision = true;
+  // An exactly diagonal factor is inverted elementwise (both methods).
+  bool skip_diagonal        = true;
+  int newton_max_iterations = 100;
+  double newton_tolerance   = 1e-6;
+  JacobiOptions jacobi;
+};
+
+struct RootInfo {
+  RootStatus status = RootStatus::success;
+  // Code of the last eigensolver run (see koptim_Eigensolver.hpp); 0 when none ran.
+  int solver_info = 0;
+  // Jacobi sweeps or Newton iterations of the run that produced the result.
+  int iterations         = 0;
+  bool retried_in_double = false;
+  bool diagonal_shortcut = false;
+  bool identity          = false;  // exponent 0
+  // Coupled Newton only: whether max|M - I| reached newton_tolerance, and its final value.
+  // Without convergence the result is still used (status success); callers log a warning.
+  bool newton_converged = true;
+  double newton_error   = 0.0;
+
+  bool ok() const { return status == RootStatus::success; }
+};
+
+namespace Impl {
+
+enum : int { class_general = 0, class_diagonal = 1, class_nonfinite = 2, class_identity = 3 };
+
+template <class T, class MemorySpace>
+using Batch = Kokkos::View<T***, Kokkos::LayoutRight, MemorySpace>;
+template <class T, class MemorySpace>
+using Batch2 = Kokkos::View<T**, Kokkos::LayoutRight, MemorySpace>;
+
+template <class MemorySpace>
+Kokkos::View<int*, MemorySpace> to_device(const std::vector<int>& v, const std::string& label) {
+  Kokkos::View<int*, MemorySpace> d(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), v.size());
+  auto h = Kokkos::create_mirror_view(d);
+  for (std::size_t i = 0; i < v.size(); ++i) h(i) = v[i];
+  Kokkos::deep_copy(d, h);
+  return d;
+}
+
+template <class ViewType>
+std::vector<int> to_host_vector(const ViewType& d) {
+  auto h = Kokkos::create_mirror_view(d);
+  Kokkos::deep_copy(h, d);
+  std::vector<int> v(d.extent(0));
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int>(h(i));
+  return v;
+}
+
+// lambda^-a under the rules of ALGORITHMS.md 2.2 step 3, given the smallest and largest
+// eigenvalue of the same matrix; ok becomes false when the weight would not be finite.
+// Every comparison here is on finite values.
+template <class T>
+KOKKOS_INLINE_FUNCTION T inverse_power(T lam, T lam_min, T lam_max, T eps, bool pinv, T rtol, T atol, T a, bool& ok) {
+  if (pinv) {
+    const T top    = lam_max > T(0) ? lam_max : T(0);
+    const T cutoff = koptim::Impl::max(rtol * top, atol);
+    if (lam <= cutoff) return T(0);
+  } else if (lam_min < eps) {
+    lam = lam - lam_min + eps;
+  }
+  if (!(lam > T(0))) {
+    ok = false;
+    return T(0);
+  }
+  const T r = koptim::Impl::pow(lam, -a);
+  if (!koptim::Impl::is_finite(r)) {
+    ok = false;
+    return T(0);
+  }
+  return r;
+}
+
+// One team per matrix: non-finite entries, exactly diagonal, or exponent 0.
+template <class ExecSpace, class LView, class ExpView>
+Kokkos::View<int*, typename LView::memory_space> classify(const ExecSpace& space, const LView& L, const ExpView& a,
+                                                          bool skip_diagonal) {
+  using Policy = Kokkos::TeamPolicy<ExecSpace>;
+  using Member = typename Policy::member_type;
+  const int nb = static_cast<int>(L.extent(0));
+  const int n  = static_cast<int>(L.extent(1));
+  Kokkos::View<int*, typename LView::memory_space> cls("koptim::linalg::classify", nb);
+  Kokkos::parallel_for(
+      "koptim::linalg::classify_factors", Policy(space, nb, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
+        const int b = team.league_rank();
+        int bad = 0, offdiag = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, n * n),
+            [&](const int idx, int& cnt) {
+              if (!koptim::Impl::is_finite(L(b, idx / n, idx % n))) ++cnt;
+            },
+            bad);
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, n * n),
+            [&](const int idx, int& cnt) {
+              const int i = idx / n, j = idx % n;
+              if (i != j && L(b, i, j) != 0) ++cnt;
+            },
+            offdiag);
+        Kokkos::single(Kokkos::PerTeam(team), [&]() {
+          if (a(b) == 0.0)
+            cls(b) = class_identity;
+          else if (bad > 0)
+            cls(b) = class_nonfinite;
+          else if (skip_diagonal && offdiag == 0)
+            cls(b) = class_diagonal;
+          else
+            cls(b) = class_general;
+        });
+      });
+  return cls;
+}
+
+// X(idx[g]) = Y(g) for every g with ok(g) != 0 (Y may be of another precision).
+template <class ExecSpace, class XView, class YView, class IdxView, class OkView>
+void scatter_roots(const ExecSpace& space, const XView& X, const YView& Y, const IdxView& idx, const OkView& ok) {
+  using T      = typename XView::non_const_value_type;
+  const int m  = static_cast<int>(Y.extent(0));
+  const int n  = static_cast<int>(Y.extent(1));
+  const int nn = n * n;
+  Kokkos::parallel_for(
+      "koptim::linalg::scatter_roots", Kokkos::RangePolicy<ExecSpace>(space, 0, m * nn), KOKKOS_LAMBDA(const int t) {
+        const int g = t / nn, r = t % nn;
+        if (ok(g) != 0) X(idx(g), r / n, r % n) = static_cast<T>(Y(g, r / n, r % n));
+      });
+}
+
+// Per matrix: 1 when every entry of Y(g) is finite.
+template <class ExecSpace, class YView, class OkView>
+void check_finite(const ExecSpace& space, const YView& Y, const OkView& ok) {
+  using Policy = Kokkos::TeamPolicy<ExecSpace>;
+  using Member = typename Policy::member_type;
+  const int m  = static_cast<int>(Y.extent(0));
+  const int n  = static_cast<int>(Y.extent(1));
+  Kokkos::parallel_for(
+      "koptim::linalg::check_finite_roots", Policy(space, m, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
+        const int g = team.league_rank();
+        if (ok(g) == 0) return;
+        int bad = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, n * n),
+            [&](const int t, int& cnt) {
+              if (!koptim::Impl::is_finite(Y(g, t / n, t % n))) ++cnt;
+            },
+            bad);
+        Kokkos::single(Kokkos::PerTeam(team), [&]() {
+          if (bad > 0) ok(g) = 0;
+        });
+      });
+}
+
+struct RootScalars {
+  double eps, rtol, atol;
+  bool pinv;
+};
+
+// Diagonal factors: the eigenvalues are the diagonal entries (+ eps), the eigenvectors the
+// unit vectors, so the root is diagonal too. Roots are written for successes only.
+template <class ExecSpace, class LView, class XView, class ExpView>
+std::vector<int> diagonal_roots(const ExecSpace& space, const LView& L, const XView& X, const ExpView& a,
+                                const std::vector<int>& which, const RootScalars& rs) {
+  using T      = typename XView::non_const_value_type;
+  using Mem    = typename LView::memory_space;
+  using Policy = Kokkos::TeamPolicy<ExecSpace>;
+  using Member = typename Policy::member_type;
+  const int m  = static_cast<int>(which.size());
+  const int n  = static_cast<int>(L.extent(1));
+  auto idx     = to_device<Mem>(which, "koptim::linalg::diag_idx");
+  Batch2<T, Mem> d(Kokkos::view_alloc(Kokkos::WithoutInitializing, "koptim::linalg::diag_weights"), m, n);
+  Kokkos::View<int*, Mem> ok("koptim::linalg::diag_ok", m);
+  const T eps = static_cast<T>(rs.eps), rtol = static_cast<T>(rs.rtol), atol = static_cast<T>(rs.atol);
+  const bool pinv = rs.pinv;
+  Kokkos::parallel_for(
+      "koptim::linalg::diagonal_roots", Policy(space, m, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
+        const int g = team.league_rank(), b = idx(g);
+        T lo = 0, hi = 0;
+        if (n > 0) lo = hi = static_cast<T>(L(b, 0, 0)) + eps;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, n),
+            [&](const int i, T& v) {
+              const T x = static_cast<T>(L(b, i, i)) + eps;
+              if (x < v) v = x;
+            },
+            Kokkos::Min<T>(lo));
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, n),
+            [&](const int i, T& v) {
+              const T x = static_cast<T>(L(b, i, i)) + eps;
+              if (v < x) v = x;
+            },
+            Kokkos::Max<T>(hi));
+        int bad    = 0;
+        const T ag = static_cast<T>(a(b));
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, n),
+            [&](const int i, int& cnt) {
+              bool good = true;
+              d(g, i)   = inverse_power(static_cast<T>(L(b, i, i)) + eps, lo, hi, eps, pinv, rtol, atol, ag, good);
+              if (!good) ++cnt;
+            },
+            bad);
+        Kokkos::single(Kokkos::PerTeam(team), [&]() { ok(g) = bad == 0 ? 1 : 0; });
+      });
+  const int nn = n * n;
+  Kokkos::parallel_for(
+      "koptim::linalg::write_diagonal_roots", Kokkos::RangePolicy<ExecSpace>(space, 0, m * nn),
+      KOKKOS_LAMBDA(const int t) {
+        const int g = t / nn, r = t % nn, i = r / n, j = r % n;
+        if (ok(g) != 0) X(idx(g), i, j) = i == j ? d(g, i) : T(0);
+      });
+  return to_host_vector(ok);
+}
+
+template <class ExecSpace, class XView>
+void identity_roots(const ExecSpace& space, const XView& X, const std::vector<int>& which) {
+  using T      = typename XView::non_const_value_type;
+  auto idx     = to_device<typename XView::memory_space>(which, "koptim::linalg::identity_idx");
+  const int m  = static_cast<int>(which.size());
+  const int n  = static_cast<int>(X.extent(1));
+  const int nn = n * n;
+  Kokkos::parallel_for(
+      "koptim::linalg::identity_roots", Kokkos::RangePolicy<ExecSpace>(space, 0, m * nn), KOKKOS_LAMBDA(const int t) {
+        const int g = t / nn, r = t % nn;
+        X(idx(g), r / n, r % n) = (r / n == r % n) ? T(1) : T(0);
+      });
+}
+
+// Per-matrix outcome of the general eigen path in precision Tw.
+struct EigenOutcome {
+  std::vector<int> info;    // solver code
+  std::vector<int> sweeps;  // Jacobi sweeps (0 for LAPACK)
+  std::vector<int> ok;      // root computed and finite
+};
+
+// The general eigen path for the matrices `which` of L, in precision Tw; successful roots go
+// to X.
+template <class Tw, class ExecSpace, class LView, class XView, class ExpView>
+EigenOutcome eigen_roots(const ExecSpace& space, const LView& L, const XView& X, const ExpView& a,
+                         const std::vector<int>& which, const RootScalars& rs, bool use_lapack,
+                         const JacobiOptions& jopt) {
+  using Mem    = typename LView::memory_space;
+  using Policy = Kokkos::TeamPolicy<ExecSpace>;
+  using Member = typename Policy::member_type;
+  const int m  = static_cast<int>(which.size());
+  const int n  = static_cast<int>(L.extent(1));
+  const int nn = n * n;
+  EigenOutcome out;
+  auto idx = to_device<Mem>(which, "koptim::linalg::eigen_idx");
+
+  Batch<Tw, Mem> W(Kokkos::view_alloc(Kokkos::WithoutInitializing, "koptim::linalg::eigen_work"), m, n, n);
+  Batch2<Tw, Mem> E(Kokkos::view_alloc(Kokkos::WithoutInitializing, "koptim::linalg::eigenvalues"), m, n);
+  const Tw eps = static_cast<Tw>(rs.eps);
+  Kokkos::parallel_for(
+      "koptim::linalg::shifted_factors", Kokkos::RangePolicy<ExecSpace>(space, 0, m * nn), KOKKOS_LAMBDA(const int t) {
+        const int g = t / nn, r = t % nn, i = r / n, j = r % n;
+        W(g, i, j) = static_cast<Tw>(L(idx(g), i, j)) + (i == j ? eps : Tw(0));
+      });
+
+  Batch<Tw, Mem> Q;
+  Kokkos::View<int*, Mem> info("koptim::linalg::eigen_info", m);
+  if (use_lapack) {
+    // Host-accessible memory is used in place; device memory goes through host mirrors.
+    auto Wh = Kokkos::create_mirror_view(W);
+    auto Eh = Kokkos::create_mirror_view(E);
+    auto Ih = Kokkos::create_mirror_view(info);
+    Kokkos::deep_copy(Wh, W);
+    batched_eigh_lapack(Wh, Eh, Ih);
+    Kokkos::deep_copy(W, Wh);
+    Kokkos::deep_copy(E, Eh);
+    Kokkos::deep_copy(info, Ih);
+    Q = W;
+    out.sweeps.assign(m, 0);
+  } else {
+    Q = Batch<Tw, Mem>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "koptim::linalg::eigenvectors"), m, n, n);
+    Kokkos::View<int*, Mem> sw("koptim::linalg::jacobi_sweeps", m);
+    batched_eigh_jacobi(space, W, E, Q, info, sw, jopt);
+    out.sweeps = to_host_vector(sw);
+  }
+  out.info = to_host_vector(info);
+
+  // Weights lambda^-a, then B = Q diag(weights) and X = B Q^T.
+  Kokkos::View<int*, Mem> ok("koptim::linalg::eigen_ok", m);
+  Batch2<Tw, Mem> D(Kokkos::view_alloc(Kokkos::WithoutInitializing, "koptim::linalg::weights"), m, n);
+  const Tw rtol = static_cast<Tw>(rs.rtol), atol = static_cast<Tw>(rs.atol);
+  const bool pinv = rs.pinv;
+  Kokkos::parallel_for(
+      "koptim::linalg::root_weights", Policy(space, m, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
+        const int g = team.league_rank();
+        if (info(g) != 0) return;
+        const Tw lo = n > 0 ? E(g, 0) : Tw(0), hi = n > 0 ? E(g, n - 1) : Tw(0);
+        const Tw ag = static_cast<Tw>(a(idx(g)));
+        int bad     = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, n),
+            [&](const int k, int& cnt) {
+              bool good = true;
+              D(g, k)   = inverse_power(E(g, k), lo, hi, eps, pinv, rtol, atol, ag, good);
+              if (!good) ++cnt;
+            },
+            bad);
+        Kokkos::single(Kokkos::PerTeam(team), [&]() { ok(g) = bad == 0 ? 1 : 0; });
+      });
+  Batch<Tw, Mem> B(Kokkos::view_alloc(Kokkos::WithoutInitializing, "koptim::linalg::scaled_vectors"), m, n, n);
+  Kokkos::parallel_for(
+      "koptim::linalg::scale_vectors", Kokkos::RangePolicy<ExecSpace>(space, 0, m * nn), KOKKOS_LAMBDA(const int t) {
+        const int g = t / nn, r = t % nn, i = r / n, k = r % n;
+        if (ok(g) != 0) B(g, i, k) = Q(g, i, k) * D(g, k);
+      });
+  auto okh = to_host_vector(ok);
+  // One GEMM per matrix. Jacobi leaves W free (Q is separate), so it takes the products.
+  Batch<Tw, Mem> P =
+      use_lapack
+          ? Batch<Tw, Mem>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "koptim::linalg::root_products"), m, n, n)
+          : W;
+  for (int g = 0; g < m; ++g) {
+    if (okh[g] == 0) continue;
+    auto Bg = Kokkos::subview(B, g, Kokkos::ALL(), Kokkos::ALL());
+    auto Qg = Kokkos::subview(Q, g, Kokkos::ALL(), Kokkos::ALL());
+    auto Pg = Kokkos::subview(P, g, Kokkos::ALL(), Kokkos::ALL());
+    KokkosBlas::gemm("N", "T", Tw(1), Bg, Qg, Tw(0), Pg);
+  }
+  check_finite(space, P, ok);
+  scatter_roots(space, X, P, idx, ok);
+  out.ok = to_host_vector(ok);
+  return out;
+}
+
+// max |M - I|, or infinity when M holds a NaN or an infinity (the max reducer would compare
+// a NaN, which traps under FE_INVALID).
+template <class ExecSpace, class MView>
+double newton_residual(const ExecSpace& space, const MView& M) {
+  using T     = typename MView::non_const_value_type;
+  using Range = Kokkos::RangePolicy<ExecSpace>;
+  const int n = static_cast<int>(M.extent(0));
+  int bad     = 0;
+  Kokkos::parallel_reduce(
+      "koptim::linalg::newton_residual_check", Range(space, 0, n * n),
+      KOKKOS_LAMBDA(const int t, int& cnt) {
+        if (!koptim::Impl::is_finite(M(t % n, t / n))) ++cnt;
+      },
+      bad);
+  if (bad > 0) return std::numeric_limits<double>::infinity();
+  T err = 0;
+  Kokkos::parallel_reduce(
+      "koptim::linalg::newton_residual", Range(space, 0, n * n),
+      KOKKOS_LAMBDA(const int t, T& mx) {
+        const int i = t % n, j = t / n;
+        const T v = koptim::Impl::abs(M(i, j) - (i == j ? T(1) : T(0)));
+        if (mx < v) mx = v;
+      },
+      Kokkos::Max<T>(err));
+  return static_cast<double>(err);
+}
+
+// Coupled Newton iteration for A^(-1/p) (Higham's coupled form as in the reference Shampoo):
+// z = (p+1) / (2 ||A||_F), X = z^(1/p) I, M = z A; repeat M_p = ((p+1) I - M) / p,
+// X <- X M_p, M <- M_p^p M while max|M - I| > tolerance.
+template <class ExecSpace, class LView, class XView>
+RootInfo newton_root(const ExecSpace& space, const LView& L, const XView& X, int b, int p, const RootScalars& rs,
+                     int max_iterations, double tolerance) {
+  using T     = typename XView::non_const_value_type;
+  using Mem   = typename LView::memory_space;
+  using M2    = Kokkos::View<T**, Kokkos::LayoutLeft, Mem>;
+  const int n = static_cast<int>(L.extent(1));
+  RootInfo res;
+  M2 A("koptim::linalg::newton_A", n, n), Y("koptim::linalg::newton_X", n, n), M("koptim::linalg::newton_M", n, n);
+  M2 Mp("koptim::linalg::newton_Mp", n, n), Pw("koptim::linalg::newton_power", n, n);
+  M2 T1("koptim::linalg::newton_tmp", n, n);
+  const T eps  = static_cast<T>(rs.eps);
+  const int nn = n * n;
+  using Range  = Kokkos::RangePolicy<ExecSpace>;
+  Kokkos::parallel_for(
+      "koptim::linalg::newton_init", Range(space, 0, nn), KOKKOS_LAMBDA(const int t) {
+        const int i = t % n, j = t / n;
+        A(i, j) = static_cast<T>(L(b, i, j)) + (i == j ? eps : T(0));
+      });
+  double fro2 = 0;
+  Kokkos::parallel_reduce(
+      "koptim::linalg::newton_norm", Range(space, 0, nn),
+      KOKKOS_LAMBDA(const int t, double& s) {
+        const double v = static_cast<double>(A(t % n, t / n));
+        s += v * v;
+      },
+      fro2);
+  const double fro = std::sqrt(fro2);
+  if (!(fro > 0.0) || !koptim::Impl::is_finite(fro)) {
+    res.status = RootStatus::nonfinite_output;
+    return res;
+  }
+  const double z = (p + 1.0) / (2.0 * fro);
+  const T zr     = static_cast<T>(std::pow(z, 1.0 / p));
+  const T zt     = static_cast<T>(z);
+  const T inv_p  = static_cast<T>(1.0 / p);
+  const T one_p1 = static_cast<T>((p + 1.0) / p);
+  Kokkos::parallel_for(
+      "koptim::linalg::newton_start", Range(space, 0, nn), KOKKOS_LAMBDA(const int t) {
+        const int i = t % n, j = t / n;
+        Y(i, j) = i == j ? zr : T(0);
+        M(i, j) = zt * A(i, j);
+      });
+  double err = newton_residual(space, M);
+  int it     = 0;
+  while (koptim::Impl::is_finite(err) && err > tolerance && it < max_iterations) {
+    ++it;
+    Kokkos::parallel_for(
+        "koptim::linalg::newton_step", Range(space, 0, nn), KOKKOS_LAMBDA(const int t) {
+          const int i = t % n, j = t / n;
+          Mp(i, j) = (i == j ? one_p1 : T(0)) - inv_p * M(i, j);
+        });
+    // Results go to the spare buffer T1, which then swaps places with the old operand.
+    KokkosBlas::gemm("N", "N", T(1), Y, Mp, T(0), T1);
+    std::swap(Y, T1);
+    // M_p^p by repeated squaring: Pw accumulates the product while Mp is squared.
+    bool have = false;
+    for (int e = p; e > 0; e >>= 1) {
+      if (e & 1) {
+        if (have) {
+          KokkosBlas::gemm("N", "N", T(1), Pw, Mp, T(0), T1);
+          std::swap(Pw, T1);
+        } else {
+          Kokkos::deep_copy(Pw, Mp);
+          have = true;
+        }
+      }
+      if (e > 1) {
+        KokkosBlas::gemm("N", "N", T(1), Mp, Mp, T(0), T1);
+        std::swap(Mp, T1);
+      }
+    }
+    KokkosBlas::gemm("N", "N", T(1), Pw, M, T(0), T1);
+    std::swap(M, T1);
+    err = newton_residual(space, M);
+  }
+  res.iterations   = it;
+  res.newton_error = err;
+  if (!koptim::Impl::is_finite(err)) {
+    res.status = RootStatus::nonfinite_output;
+    return res;
+  }
+  res.newton_converged = err <= tolerance;
+  int bad              = 0;
+  Kokkos::parallel_reduce(
+      "koptim::linalg::newton_check", Range(space, 0, nn),
+      KOKKOS_LAMBDA(const int t, int& cnt) {
+        if (!koptim::Impl::is_finite(Y(t % n, t / n))) ++cnt;
+      },
+      bad);
+  if (bad > 0) {
+    res.status = RootStatus::nonfinite_output;
+    return res;
+  }
+  Kokkos::parallel_for(
+      "koptim::linalg::newton_write", Range(space, 0, nn), KOKKOS_LAMBDA(const int t) {
+        const int i = t % n, j = t / n;
+        X(b, i, j) = Y(i, j);
+      });
+  return res;
+}
+
+inline int newton_root_index(double a) {
+  const double p = 1.0 / a;
+  const double r = std::floor(p + 0.5);
+  return (r >= 1.0 && r < 1e6 && std::fabs(p - r) <= 1e-9 * r) ? static_cast<int>(r) : 0;
+}
+
+}  // namespace Impl
+
+// Inverse roots of a batch of symmetric PSD factors: X(b) = (L(b) + eps I)^(-exponents[b]).
+// L and X are rank-3 Views (batch x n x n) of the same scalar type (float or double) in one
+// memory space; L is not modified, X(b) is written only when result b is success.
+template <class LView, class XView>
+std::vector<RootInfo> batched_inverse_root(const LView& L, const XView& X, const std::vector<double>& exponents,
+                                           const InverseRootOptions& options = {}) {
+  using T         = typename XView::non_const_value_type;
+  using Mem       = typename LView::memory_space;
+  using ExecSpace = typename LView::execution_space;
+  static_assert(Kokkos::is_view<LView>::value && LView::rank == 3,
+                "batched_inverse_root: L must be a rank-3 View (batch x n x n)");
+  static_assert(Kokkos::is_view<XView>::value && XView::rank == 3,
+                "batched_inverse_root: X must be a rank-3 View (batch x n x n)");
+  static_assert(std::is_same<typename LView::non_const_value_type, T>::value,
+                "batched_inverse_root: L and X must have the same scalar type");
+  static_assert(Impl::is_lapack_scalar<T>::value, "batched_inverse_root: the scalar type must be float or double");
+  static_assert(std::is_same<Mem, typename XView::memory_space>::value,
+                "batched_inverse_root: L and X must be in the same memory space");
+  const std::string who = "koptim::linalg::batched_inverse_root";
+  const std::size_t nb  = L.extent(0);
+  const std::size_t n   = L.extent(1);
+  if (L.extent(2) != n || X.extent(0) != nb || X.extent(1) != n || X.extent(2) != n) {
+    throw koptim::ShapeError(who + ": extents do not match: L " + std::to_string(nb) + " x " + std::to_string(n) +
+                             " x " + std::to_string(L.extent(2)) + ", X " + std::to_string(X.extent(0)) + " x " +
+                             std::to_string(X.extent(1)) + " x " + std::to_string(X.extent(2)) +
+                             " (both must be batch x n x n)");
+  }
+  if (exponents.size() != nb) {
+    throw koptim::ShapeError(who + ": " + std::to_string(exponents.size()) + " exponents for a batch of " +
+                             std::to_string(nb) + " matrices");
+  }
+  for (std::size_t b = 0; b < nb; ++b) {
+    if (!koptim::Impl::is_finite(exponents[b]) || exponents[b] < 0.0) {
+      throw koptim::ConfigError(who + ": exponent " + Impl::num(exponents[b]) + " of matrix " + std::to_string(b) +
+                                " is invalid; it must be finite and >= 0");
+    }
+  }
+  if (!koptim::Impl::is_finite(options.epsilon) || options.epsilon < 0.0) {
+    throw koptim::ConfigError(who + ": epsilon = " + Impl::num(options.epsilon) +
+                              " is invalid; it must be finite and >= 0");
+  }
+  if (options.use_pseudo_inverse) {
+    if (options.epsilon != 0.0) {
+      throw koptim::ConfigError(
+          who + ": use_pseudo_inverse requires epsilon = 0, got epsilon = " + Impl::num(options.epsilon));
+    }
+    if (options.method != RootMethod::eigen) {
+      throw koptim::ConfigError(who + ": use_pseudo_inverse requires the eigen method");
+    }
+    if (!koptim::Impl::is_finite(options.rank_rtol) || options.rank_rtol < 0.0 ||
+        !koptim::Impl::is_finite(options.rank_atol) || options.rank_atol < 0.0) {
+      throw koptim::ConfigError(who + ": rank_rtol = " + Impl::num(options.rank_rtol) +
+                                " and rank_atol = " + Impl::num(options.rank_atol) + " must be finite and >= 0");
+    }
+  }
+  if (options.method == RootMethod::coupled_newton) {
+    if (options.newton_max_iterations < 0) {
+      throw koptim::ConfigError(who + ": newton_max_iterations = " + std::to_string(options.newton_max_iterations) +
+                                " is invalid; it must be >= 0");
+    }
+    if (!koptim::Impl::is_finite(options.newton_tolerance) || options.newton_tolerance < 0.0) {
+      throw koptim::ConfigError(who + ": newton_tolerance = " + Impl::num(options.newton_tolerance) +
+                                " is invalid; it must be finite and >= 0");
+    }
+    for (std::size_t b = 0; b < nb; ++b) {
+      if (exponents[b] != 0.0 && Impl::newton_root_index(exponents[b]) == 0) {
+        throw koptim::ConfigError(who + ": the coupled Newton method needs exponents 1/p with p a positive " +
+                                  "integer; matrix " + std::to_string(b) + " has exponent " + Impl::num(exponents[b]));
+      }
+    }
+  }
+  constexpr bool host_memory = Kokkos::SpaceAccessibility<Kokkos::HostSpace, Mem>::accessible;
+  const bool use_lapack =
+      options.solver == EighSolver::lapack || (options.solver == EighSolver::automatic && host_memory);
+
+  std::vector<RootInfo> results(nb);
+  if (nb == 0) return results;
+  koptim::Impl::ScopedRegion region(who);
+  ExecSpace space;
+
+  Kokkos::View<double*, Mem> a(Kokkos::view_alloc(Kokkos::WithoutInitializing, "koptim::linalg::exponents"), nb);
+  {
+    auto ah = Kokkos::create_mirror_view(a);
+    for (std::size_t b = 0; b < nb; ++b) ah(b) = exponents[b];
+    Kokkos::deep_copy(a, ah);
+  }
+  const auto cls = Impl::to_host_vector(Impl::classify(space, L, a, options.skip_diagonal));
+  std::vector<int> identity, diagonal, general;
+  for (std::size_t b = 0; b < nb; ++b) {
+    switch (cls[b]) {
+      case Impl::class_identity:
+        results[b].identity = true;
+        identity.push_back(static_cast<int>(b));
+        break;
+      case Impl::class_nonfinite:
+        results[b].status = RootStatus::nonfinite_input;
+        break;
+      case Impl::class_diagonal:
+        results[b].diagonal_shortcut = true;
+        diagonal.push_back(static_cast<int>(b));
+        break;
+      default:
+        general.push_back(static_cast<int>(b));
+    }
+  }
+  const Impl::RootScalars rs{options.epsilon, options.rank_rtol, options.rank_atol, options.use_pseudo_inverse};
+  if (!identity.empty()) Impl::identity_roots(space, X, identity);
+  if (!diagonal.empty()) {
+    const auto ok = Impl::diagonal_roots(space, L, X, a, diagonal, rs);
+    for (std::size_t g = 0; g < diagonal.size(); ++g) {
+      if (ok[g] == 0) results[diagonal[g]].status = RootStatus::nonfinite_output;
+    }
+  }
+  if (!general.empty() && options.method == RootMethod::coupled_newton) {
+    for (int b : general) {
+      results[b] = Impl::newton_root(space, L, X, b, Impl::newton_root_index(exponents[b]), rs,
+                                     options.newton_max_iterations, options.newton_tolerance);
+    }
+  } else if (!general.empty()) {
+    const auto out = Impl::eigen_roots<T>(space, L, X, a, general, rs, use_lapack, options.jacobi);
+    std::vector<int> retry;
+    for (std::size_t g = 0; g < general.size(); ++g) {
+      RootInfo& r   = results[general[g]];
+      r.solver_info = out.info[g];
+      r.iterations  = out.sweeps[g];
+      if (out.info[g] != 0) {
+        r.status = RootStatus::solver_failure;
+        if (options.retry_double_precision && std::is_same<T, float>::value && out.info[g] > 0) {
+          retry.push_back(general[g]);
+        }
+      } else if (out.ok[g] == 0) {
+        r.status = RootStatus::nonfinite_output;
+      }
+    }
+    if (!retry.empty()) {
+      const auto out2 = Impl::eigen_roots<double>(space, L, X, a, retry, rs, use_lapack, options.jacobi);
+      for (std::size_t g = 0; g < retry.size(); ++g) {
+        RootInfo& r         = results[retry[g]];
+        r.retried_in_double = true;
+        r.solver_info       = out2.info[g];
+        r.iterations        = out2.sweeps[g];
+        r.status            = out2.info[g] != 0 ? RootStatus::solver_failure
+                                                : (out2.ok[g] != 0 ? RootStatus::success : RootStatus::nonfinite_output);
+      }
+    }
+  }
+  space.fence();
+  return results;
+}
+
+template <class LView, class XView>
+std::vector<RootInfo> batched_inverse_root(const LView& L, const XView& X, double exponent,
+                                           const InverseRootOptions& options = {}) {
+  return batched_inverse_root(L, X, std::vector<double>(L.extent(0), exponent), options);
+}
+
+// One factor: X = (L + eps I)^(-exponent), L and X rank-2 (n x n, any layout, same memory
+// space); X is written only on success.
+template <class LView, class XView>
+RootInfo inverse_root(const LView& L, const XView& X, double exponent, const InverseRootOptions& options = {}) {
+  using T         = typename XView::non_const_value_type;
+  using Mem       = typename LView::memory_space;
+  using ExecSpace = typename LView::execution_space;
+  static_assert(Kokkos::is_view<LView>::value && LView::rank == 2, "inverse_root: L must be a rank-2 View (n x n)");
+  static_assert(Kokkos::is_view<XView>::value && XView::rank == 2, "inverse_root: X must be a rank-2 View (n x n)");
+  static_assert(std::is_same<Mem, typename XView::memory_space>::value,
+                "inverse_root: L and X must be in the same memory space");
+  const std::size_t n = L.extent(0);
+  if (L.extent(1) != n || X.extent(0) != n || X.extent(1) != n) {
+    throw koptim::ShapeError("koptim::linalg::inverse_root: L is " + std::to_string(L.extent(0)) + " x " +
+                             std::to_string(L.extent(1)) + " and X is " + std::to_string(X.extent(0)) + " x " +
+                             std::to_string(X.extent(1)) + "; both must be the same square size");
+  }
+  Impl::Batch<T, Mem> L3(Kokkos::view_alloc(Kokkos::WithoutInitializing, "koptim::linalg::inverse_root_L"), 1, n, n);
+  Impl::Batch<T, Mem> X3(Kokkos::view_alloc(Kokkos::WithoutInitializing, "koptim::linalg::inverse_root_X"), 1, n, n);
+  const int ni = static_cast<int>(n);
+  Kokkos::parallel_for(
+      "koptim::linalg::inverse_root_in", Kokkos::RangePolicy<ExecSpace>(0, ni * ni),
+      KOKKOS_LAMBDA(const int t) { L3(0, t / ni, t % ni) = L(t / ni, t % ni); });
+  const auto res = batched_inverse_root(L3, X3, std::vector<double>{exponent}, options);
+  if (res[0].ok()) {
+    Kokkos::parallel_for(
+        "koptim::linalg::inverse_root_out", Kokkos::RangePolicy<ExecSpace>(0, ni * ni),
+        KOKKOS_LAMBDA(const int t) { X(t / ni, t % ni) = X3(0, t / ni, t % ni); });
+    ExecSpace().fence();
+  }
+  return res[0];
+}
+
+}  // namespace linalg
+}  // namespace koptim
+
+#endif

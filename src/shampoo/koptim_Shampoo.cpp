@@ -1,0 +1,696 @@
+#include <koptim/core/koptim_Check.hpp>
+#include <koptim/core/koptim_Math.hpp>
+#include <koptim/core/koptim_Profiling.hpp>
+#include <koptim/diagonal/koptim_DiagonalMath.hpp>
+#include <koptim/linalg/koptim_Eigensolver.hpp>
+#include <koptim/linalg/koptim_Gemm.hpp>
+#include <koptim/shampoo/koptim_BlockMap.hpp>
+#include <koptim/shampoo/koptim_Shampoo.hpp>
+
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+namespace koptim {
+
+const char* to_string(WeightDecayType t) {
+  switch (t) {
+    case WeightDecayType::L2:
+      return "L2";
+    case WeightDecayType::decoupled:
+      return "decoupled";
+    case WeightDecayType::corrected:
+      return "corrected";
+    case WeightDecayType::independent:
+      return "independent";
+  }
+  return "";
+}
+
+const char* to_string(Grafting g) {
+  switch (g) {
+    case Grafting::none:
+      return "none";
+    case Grafting::SGD:
+      return "SGD";
+    case Grafting::AdaGrad:
+      return "AdaGrad";
+    case Grafting::RMSProp:
+      return "RMSProp";
+    case Grafting::Adam:
+      return "Adam";
+  }
+  return "";
+}
+
+namespace Impl {
+
+namespace {
+
+template <class T>
+using Vec = Kokkos::View<T*, MemorySpace>;
+template <class T>
+using Bank = Kokkos::View<T***, Kokkos::LayoutRight, MemorySpace>;
+
+std::string vec_string(const std::vector<std::int64_t>& v) { return shape_string(v); }
+
+}  // namespace
+
+// Where factor j of a block lives: a slot of the bank of its size.
+struct FactorRef {
+  std::int64_t n    = 0;
+  std::int64_t slot = -1;  // -1: unpreconditioned dimension (exponent 0), no factor
+  double exponent   = 0.0;
+};
+
+template <class T>
+struct BlockState {
+  int param         = 0;
+  std::size_t block = 0;  // index in the parameter's BlockLayout
+  shampoo::BlockMap map;
+  std::vector<std::int64_t> shape;  // block extents
+  std::int64_t size = 0;
+  std::vector<FactorRef> factors;
+  Vec<T> filtered;    // M (first moment), when b1 > 0
+  Vec<T> graft;       // grafting accumulator, AdaGrad/RMSProp/Adam
+  Vec<T> momentum;    // classic momentum, when momentum > 0
+  Vec<T> correction;  // eigenvalue correction E, eigenvalue-corrected variant
+  // Workspace (not state).
+  Vec<T> g, w, mhat, p, q;
+  int failures = 0;  // consecutive amortized computations of this block that failed
+
+  std::string where(const ParameterSet& ps, const std::vector<shampoo::BlockLayout>& layouts) const {
+    const auto& b = layouts[param].blocks[block];
+    return "parameter '" + ps[param].name + "', block " + std::to_string(block) + " (offsets " + vec_string(b.offsets) +
+           ", sizes " + vec_string(b.sizes) + " of merged shape " + vec_string(layouts[param].merged_shape) + ")";
+  }
+};
+
+template <class T>
+class ShampooBlocks {
+ public:
+  ShampooBlocks(const Shampoo& owner, const ParameterSet& ps, const std::vector<shampoo::BlockLayout>& layouts,
+                const ShampooOptions& o);
+
+  bool empty() const { return blocks_.empty(); }
+  std::size_t num_blocks() const { return blocks_.size(); }
+  std::size_t state_bytes() const;
+  std::int64_t failures_kept() const { return failures_kept_; }
+
+  void accumulate(std::int64_t t, const std::vector<double>& wds);
+  void amortized(std::int64_t t);
+  void apply(std::int64_t t, const std::vector<double>& lrs, const std::vector<double>& base_lrs,
+             const std::vector<double>& wds);
+
+  void export_tensors(OptimizerState& s) const;
+  // Throws StateError for a missing or mis-shaped entry; counts the entries it expects.
+  void check_tensors(const OptimizerState& s, std::size_t& expected) const;
+  void import_tensors(const OptimizerState& s);
+
+ private:
+  struct BankSet {
+    Bank<T> L, X;  // factors, and their roots (or eigenvectors in the eigenvalue-corrected variant)
+    std::vector<std::pair<std::size_t, int>> owner;  // (block, dim) of each slot
+  };
+  // out = in x_1 op(X_1) ... x_k op(X_k) over the preconditioned dimensions; spare is workspace
+  // distinct from in and out.
+  void precondition(BlockState<T>& b, const Vec<T>& in, const Vec<T>& out, const Vec<T>& spare, bool inverse_rotation);
+  std::string key(const BlockState<T>& b) const { return ps_[b.param].name + "/block" + std::to_string(b.block); }
+
+  const Shampoo& owner_;
+  const ParameterSet& ps_;
+  const std::vector<shampoo::BlockLayout>& layouts_;
+  ShampooOptions o_;
+  double b1_, b2_, b3_, graft_beta_;
+  std::int64_t start_;
+  std::vector<BlockState<T>> blocks_;
+  std::map<std::int64_t, BankSet> banks_;
+  bool roots_ready_           = false;  // a root (or eigenbasis) has been computed: before, X = I exactly
+  std::int64_t failures_kept_ = 0;
+};
+
+template <class T>
+ShampooBlocks<T>::ShampooBlocks(const Shampoo& owner, const ParameterSet& ps,
+                                const std::vector<shampoo::BlockLayout>& layouts, const ShampooOptions& o)
+    : owner_(owner), ps_(ps), layouts_(layouts), o_(o) {
+  b1_         = o.betas[0];
+  b2_         = o.betas[1];
+  b3_         = o.beta3 < 0 ? b1_ : o.beta3;
+  graft_beta_ = o.grafting_beta2 >= 0 ? o.grafting_beta2 : (o.grafting == Grafting::RMSProp ? 0.99 : 0.999);
+  start_      = o.start_preconditioning_step < 0 ? o.precondition_frequency : o.start_preconditioning_step;
+  std::map<std::int64_t, std::int64_t> counts;
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    if (ps[i].param.dtype != scalar_type_of<T>()) continue;
+    const auto& layout = layouts[i];
+    for (const auto& blk : layout.blocks) {
+      BlockState<T> b;
+      b.param                 = static_cast<int>(i);
+      b.block                 = blk.index;
+      b.map                   = shampoo::make_block_map(layout, blk, ps[i].param);
+      b.shape                 = blk.sizes;
+      b.size                  = blk.num_elements();
+      const std::string label = "koptim::Shampoo::" + ps[i].name + "/block" + std::to_string(blk.index);
+      for (int j = 0; j < blk.order(); ++j) {
+        FactorRef f;
+        f.n        = blk.sizes[j];
+        f.exponent = owner.inverse_exponent(blk.order(), j);
+        if (o.eigenvalue_corrected || f.exponent != 0.0) f.slot = counts[f.n]++;
+        b.factors.push_back(f);
+      }
+      if (b1_ > 0.0) b.filtered = Vec<T>(label + "/filtered_grad", b.size);
+      if (o.grafting == Grafting::AdaGrad || o.grafting == Grafting::RMSProp || o.grafting == Grafting::Adam)
+        b.graft = Vec<T>(label + "/graft", b.size);
+      if (o.momentum > 0.0) b.momentum = Vec<T>(label + "/momentum", b.size);
+      if (o.eigenvalue_corrected) b.correction = Vec<T>(label + "/eigenvalue_correction", b.size);
+      for (auto* v : {&b.g, &b.w, &b.mhat, &b.p, &b.q})
+        *v = Vec<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, label + "/work"), b.size);
+      blocks_.push_back(std::move(b));
+    }
+  }
+  for (const auto& c : counts) {
+    BankSet s;
+    s.L = Bank<T>("koptim::Shampoo::factors_" + std::to_string(c.first), c.second, c.first, c.first);
+    s.X = Bank<T>("koptim::Shampoo::roots_" + std::to_string(c.first), c.second, c.first, c.first);
+    s.owner.resize(c.second);
+    const auto X         = s.X;
+    const std::int64_t n = c.first;
+    Kokkos::parallel_for(
+        "koptim::Shampoo::identity", Kokkos::RangePolicy<ExecutionSpace>(0, c.second * n),
+        KOKKOS_LAMBDA(const std::int64_t k) { X(k / n, k % n, k % n) = T(1); });
+    banks_[c.first] = s;
+  }
+  for (std::size_t bi = 0; bi < blocks_.size(); ++bi)
+    for (int j = 0; j < static_cast<int>(blocks_[bi].factors.size()); ++j) {
+      const auto& f = blocks_[bi].factors[j];
+      if (f.slot >= 0) banks_[f.n].owner[f.slot] = {bi, j};
+    }
+}
+
+template <class T>
+std::size_t ShampooBlocks<T>::state_bytes() const {
+  std::size_t n = 0;
+  for (const auto& kv : banks_) n += (kv.second.L.size() + kv.second.X.size()) * sizeof(T);
+  for (const auto& b : blocks_)
+    n += (b.filtered.size() + b.graft.size() + b.momentum.size() + b.correction.size()) * sizeof(T);
+  return n;
+}
+
+// Step 2.2.1, 2.2.2, the grafting accumulators (2.2.5), the filtered gradient (2.2.4) and the
+// eigenvalue correction (2.3), for every block.
+template <class T>
+void ShampooBlocks<T>::accumulate(std::int64_t t, const std::vector<double>& wds) {
+  const T factor_w = static_cast<T>(b2_ < 1.0 ? 1.0 - b2_ : 1.0), b2 = static_cast<T>(b2_);
+  for (auto& b : blocks_) {
+    const Parameter& prm = ps_[b.param];
+    const auto G         = prm.grad.flat<T>();
+    const auto W         = prm.param.flat<T>();
+    const auto map       = b.map;
+    const auto g = b.g, w = b.w;
+    const bool l2 = o_.weight_decay_type == WeightDecayType::L2 && wds[prm.group] != 0.0;
+    const T wd    = static_cast<T>(wds[prm.group]);
+    Kokkos::parallel_for(
+        "koptim::Shampoo::gather", Kokkos::RangePolicy<ExecutionSpace>(0, b.size), KOKKOS_LAMBDA(const std::int64_t e) {
+          const std::int64_t k = map(e);
+          const T wi           = W(k);
+          w(e)                 = wi;
+          g(e)                 = l2 ? G(k) + wd * wi : G(k);
+        });
+    // Factors: L_j <- b2 L_j + w G_(j) G_(j)^T.
+    for (int j = 0; j < static_cast<int>(b.factors.size()); ++j) {
+      const auto& f = b.factors[j];
+      if (f.slot < 0) continue;
+      T* L = &banks_[f.n].L(f.slot, 0, 0);
+      linalg::gram_of_unfolding<T>(g.data(), b.shape, j, factor_w, b2, L);
+    }
+    // Grafting accumulator.
+    if (b.graft.size() > 0) {
+      const auto a       = b.graft;
+      const bool adagrad = o_.grafting == Grafting::AdaGrad;
+      const T gb = static_cast<T>(graft_beta_), one_minus_gb = static_cast<T>(1.0 - graft_beta_);
+      Kokkos::parallel_for(
+          "koptim::Shampoo::graft_accumulate", Kokkos::RangePolicy<ExecutionSpace>(0, b.size),
+          KOKKOS_LAMBDA(const std::int64_t e) {
+            a(e) = adagrad ? Impl::accumulate_square(a(e), g(e)) : Impl::ema_square(a(e), g(e), gb, one_minus_gb);
+          });
+    }
+    // Filtered gradient and its bias correction: mhat = M_hat of step 2.2.4.
+    {
+      const auto m = b.filtered, mhat = b.mhat;
+      const bool filter = b.filtered.size() > 0, separate = b3_ != b1_;
+      const double corr =
+          o_.use_bias_correction && filter ? 1.0 - b3_ * std::pow(b1_, static_cast<double>(t - 1)) : 1.0;
+      const T b1 = static_cast<T>(b1_), one_minus_b1 = static_cast<T>(1.0 - b1_), b3 = static_cast<T>(b3_),
+              one_minus_b3 = static_cast<T>(1.0 - b3_), inv_corr = static_cast<T>(1.0 / corr);
+      Kokkos::parallel_for(
+          "koptim::Shampoo::filter", Kokkos::RangePolicy<ExecutionSpace>(0, b.size),
+          KOKKOS_LAMBDA(const std::int64_t e) {
+            if (!filter) {
+              mhat(e) = g(e);
+              return;
+            }
+            const T old  = m(e);
+            const T next = b1 * old + one_minus_b1 * g(e);
+            m(e)         = next;
+            mhat(e)      = (separate ? b3 * old + one_minus_b3 * g(e) : next) * inv_corr;
+          });
+    }
+    // Eigenvalue correction: E <- b2 E + w R^2, R = G rotated into the current eigenbasis.
+    if (o_.eigenvalue_corrected) {
+      precondition(b, b.g, b.p, b.q, false);  // b.p = R
+      const auto E = b.correction, R = b.p;
+      Kokkos::parallel_for(
+          "koptim::Shampoo::eigenvalue_correction", Kokkos::RangePolicy<ExecutionSpace>(0, b.size),
+          KOKKOS_LAMBDA(const std::int64_t e) { E(e) = b2 * E(e) + factor_w * R(e) * R(e); });
+    }
+  }
+}
+
+// Rotation or root products over every preconditioned dimension: out = in x_1 op(X_1) ... x_k op(X_k).
+// Roots: op(X) = X. Eigenvalue-corrected: inverse_rotation = false applies Q^T (into the
+// eigenbasis), true applies Q (back). Before the first amortized computation X = Q = I: a copy.
+template <class T>
+void ShampooBlocks<T>::precondition(BlockState<T>& b, const Vec<T>& in, const Vec<T>& out, const Vec<T>& spare,
+                                    bool inverse_rotation) {
+  std::vector<int> dims;
+  for (int j = 0; j < static_cast<int>(b.factors.size()); ++j)
+    if (b.factors[j].slot >= 0) dims.push_back(j);
+  if (!roots_ready_ || dims.empty()) {
+    Kokkos::deep_copy(out, in);
+    return;
+  }
+  // The bank slice is row-major X(i, k); seen column-major it is X^T.
+  const char trans = o_.eigenvalue_corrected ? (inverse_rotation ? 'T' : 'N') : 'T';
+  // Alternate between out and spare so that the last product lands in out.
+  const T* src = in.data();
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    T* dst        = ((dims.size() - 1 - i) % 2 == 0) ? out.data() : spare.data();
+    const auto& f = b.factors[dims[i]];
+    linalg::mode_product<T>(src, b.shape, dims[i], &banks_[f.n].X(f.slot, 0, 0), trans, dst);
+    src = dst;
+  }
+}
+
+// Step 2.2.3: inverse roots (or eigenvectors) of every factor, batched by size.
+template <class T>
+void ShampooBlocks<T>::amortized(std::int64_t t) {
+  const double scale = o_.use_bias_correction && b2_ < 1.0 ? 1.0 / (1.0 - std::pow(b2_, static_cast<double>(t))) : 1.0;
+  std::vector<char> block_failed(blocks_.size(), 0);
+  for (auto& kv : banks_) {
+    BankSet& s           = kv.second;
+    const std::int64_t n = kv.first;
+    const std::int64_t m = static_cast<std::int64_t>(s.owner.size());
+    Bank<T> Lhat(Kokkos::view_alloc(Kokkos::WithoutInitializing, "koptim::Shampoo::Lhat"), m, n, n);
+    const auto L = s.L;
+    const T sc   = static_cast<T>(scale);
+    Kokkos::parallel_for(
+        "koptim::Shampoo::bias_correct", Kokkos::RangePolicy<ExecutionSpace>(0, m * n * n),
+        KOKKOS_LAMBDA(const std::int64_t k) {
+          const std::int64_t a = k / (n * n), r = (k / n) % n, c = k % n;
+          Lhat(a, r, c) = L(a, r, c) * sc;
+        });
+    std::vector<int> status(m, 0);  // 0 ok, 1 solver failure, 2 non-finite input, 3 non-finite output
+    if (o_.eigenvalue_corrected) {
+      // Eigenvectors of the factors (bias correction and eps do not change them).
+      Kokkos::View<T**, MemorySpace> w("koptim::Shampoo::eigenvalues", m, n);
+      Kokkos::View<int*, MemorySpace> info("koptim::Shampoo::eigh_info", m);
+      const bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible;
+      if (o_.eigensolver == linalg::EighSolver::lapack || (o_.eigensolver == linalg::EighSolver::automatic && host)) {
+        linalg::batched_eigh_lapack(Lhat, w, info);
+        auto hi = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), info);
+        for (std::int64_t a = 0; a < m; ++a)
+          status[a] = hi(a) == 0 ? 0 : (hi(a) == linalg::eigh_info_nonfinite_input ? 2 : 1);
+        for (std::int64_t a = 0; a < m; ++a)
+          if (status[a] == 0)
+            Kokkos::deep_copy(Kokkos::subview(s.X, a, Kokkos::ALL(), Kokkos::ALL()),
+                              Kokkos::subview(Lhat, a, Kokkos::ALL(), Kokkos::ALL()));
+      } else {
+        Bank<T> V("koptim::Shampoo::eigenvectors", m, n, n);
+        Kokkos::View<int*, MemorySpace> sweeps("koptim::Shampoo::sweeps", m);
+        linalg::batched_eigh_jacobi(Lhat, w, V, info, sweeps);
+        auto hi = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), info);
+        for (std::int64_t a = 0; a < m; ++a) {
+          status[a] = hi(a) == 0 ? 0 : (hi(a) == linalg::eigh_info_nonfinite_input ? 2 : 1);
+          if (status[a] == 0)
+            Kokkos::deep_copy(Kokkos::subview(s.X, a, Kokkos::ALL(), Kokkos::ALL()),
+                              Kokkos::subview(V, a, Kokkos::ALL(), Kokkos::ALL()));
+        }
+      }
+    } else {
+      std::vector<double> exponents(m);
+      for (std::int64_t a = 0; a < m; ++a) exponents[a] = blocks_[s.owner[a].first].factors[s.owner[a].second].exponent;
+      linalg::InverseRootOptions ro;
+      ro.method             = o_.root_method;
+      ro.solver             = o_.eigensolver;
+      ro.epsilon            = o_.epsilon;
+      ro.use_pseudo_inverse = o_.pseudo_inverse;
+      ro.rank_rtol          = o_.rank_rtol;
+      ro.rank_atol          = o_.rank_atol;
+      const auto infos      = linalg::batched_inverse_root(Lhat, s.X, exponents, ro);
+      for (std::int64_t a = 0; a < m; ++a) {
+        switch (infos[a].status) {
+          case linalg::RootStatus::success:
+            status[a] = 0;
+            break;
+          case linalg::RootStatus::solver_failure:
+            status[a] = 1;
+            break;
+          case linalg::RootStatus::nonfinite_input:
+            status[a] = 2;
+            break;
+          case linalg::RootStatus::nonfinite_output:
+            status[a] = 3;
+            break;
+        }
+      }
+    }
+    for (std::int64_t a = 0; a < m; ++a) {
+      const auto& b = blocks_[s.owner[a].first];
+      if (status[a] >= 2) {
+        throw NonFiniteError("koptim::Shampoo::step: " + b.where(ps_, layouts_) + ", factor " +
+                             std::to_string(s.owner[a].second) + ": " +
+                             (status[a] == 2 ? "the factor matrix holds a NaN or Inf"
+                                             : "its inverse root is not finite (a zero eigenvalue with epsilon = 0? "
+                                               "use pseudo_inverse, or epsilon > 0)"));
+      }
+      if (status[a] == 1) block_failed[s.owner[a].first] = 1;
+    }
+  }
+  for (std::size_t i = 0; i < blocks_.size(); ++i) {
+    auto& b = blocks_[i];
+    if (!block_failed[i]) {
+      b.failures = 0;
+      continue;
+    }
+    ++failures_kept_;
+    if (++b.failures > o_.num_tolerated_failed_amortized_computations) {
+      throw Error("koptim::Shampoo::step: " + b.where(ps_, layouts_) + ": the root-inverse computation failed " +
+                  std::to_string(b.failures) + " times in a row (num_tolerated_failed_amortized_computations = " +
+                  std::to_string(o_.num_tolerated_failed_amortized_computations) + ")");
+    }
+  }
+  roots_ready_ = true;
+}
+
+template <class T>
+void ShampooBlocks<T>::apply(std::int64_t t, const std::vector<double>& lrs, const std::vector<double>& base_lrs,
+                             const std::vector<double>& wds) {
+  const bool started = t >= start_;
+  for (auto& b : blocks_) {
+    const Parameter& prm = ps_[b.param];
+    const auto mhat = b.mhat, p = b.p, q = b.q, w = b.w;
+    // Grafting direction P_g into q.
+    const bool graft = o_.grafting != Grafting::none;
+    if (graft) {
+      const auto a    = b.graft;
+      const bool diag = b.graft.size() > 0;
+      const double bc = o_.grafting == Grafting::Adam ? 1.0 - std::pow(graft_beta_, static_cast<double>(t)) : 1.0;
+      const T inv_bc = static_cast<T>(1.0 / bc), eps = static_cast<T>(o_.grafting_epsilon);
+      Kokkos::parallel_for(
+          "koptim::Shampoo::graft_direction", Kokkos::RangePolicy<ExecutionSpace>(0, b.size),
+          KOKKOS_LAMBDA(const std::int64_t e) {
+            q(e) = diag ? Impl::diagonal_precondition(mhat(e), a(e) * inv_bc, eps) : mhat(e);
+          });
+    }
+    // Shampoo direction P_s into p.
+    Vec<T> dir = graft ? q : p;
+    if (started || !graft) {
+      if (o_.eigenvalue_corrected) {
+        precondition(b, b.mhat, b.g, b.p, false);  // g = rotated M_hat
+        const auto R = b.g, E = b.correction;
+        const double bc = o_.use_bias_correction && b2_ < 1.0 ? 1.0 - std::pow(b2_, static_cast<double>(t)) : 1.0;
+        const T inv_bc = static_cast<T>(1.0 / bc), eps = static_cast<T>(o_.epsilon);
+        Kokkos::parallel_for(
+            "koptim::Shampoo::eigenvalue_corrected", Kokkos::RangePolicy<ExecutionSpace>(0, b.size),
+            KOKKOS_LAMBDA(const std::int64_t e) { R(e) = R(e) / (Impl::sqrt(E(e) * inv_bc) + eps); });
+        precondition(b, b.g, b.p, b.mhat, true);
+      } else {
+        precondition(b, b.mhat, b.p, b.g, false);
+      }
+      dir = p;
+      if (graft) {
+        // Per-block norm rescaling: P = P_s |P_g| / (|P_s| + 1e-16).
+        T ng = 0, ns = 0;
+        Kokkos::parallel_reduce(
+            "koptim::Shampoo::graft_norm", Kokkos::RangePolicy<ExecutionSpace>(0, b.size),
+            KOKKOS_LAMBDA(const std::int64_t e, T& s) { s += q(e) * q(e); }, ng);
+        Kokkos::parallel_reduce(
+            "koptim::Shampoo::shampoo_norm", Kokkos::RangePolicy<ExecutionSpace>(0, b.size),
+            KOKKOS_LAMBDA(const std::int64_t e, T& s) { s += p(e) * p(e); }, ns);
+        const T ratio =
+            static_cast<T>(std::sqrt(static_cast<double>(ng)) / (std::sqrt(static_cast<double>(ns)) + 1e-16));
+        Kokkos::parallel_for(
+            "koptim::Shampoo::graft_rescale", Kokkos::RangePolicy<ExecutionSpace>(0, b.size),
+            KOKKOS_LAMBDA(const std::int64_t e) { p(e) = p(e) * ratio; });
+      }
+    }
+    // Weight decay (2.2.6), momentum (2.2.7), update U = lr P and W -= U (2.2.8).
+    const double lr = lrs[prm.group], wd = wds[prm.group], peak = base_lrs[prm.group];
+    double alpha = 0.0;
+    switch (o_.weight_decay_type) {
+      case WeightDecayType::L2:
+        alpha = 0.0;
+        break;
+      case WeightDecayType::decoupled:
+        alpha = wd;
+        break;
+      case WeightDecayType::corrected:
+        alpha = peak > 0 ? wd * lr / peak : 0.0;
+        break;
+      case WeightDecayType::independent:
+        alpha = peak > 0 ? wd / peak : 0.0;
+        break;
+    }
+    const auto B   = b.momentum;
+    const bool mom = b.momentum.size() > 0, nesterov = o_.use_nesterov;
+    const T a_ = static_cast<T>(alpha), mu = static_cast<T>(o_.momentum),
+            one_minus_d = static_cast<T>(1.0 - o_.dampening), lr_ = static_cast<T>(lr);
+    const auto W   = prm.param.flat<T>();
+    const auto map = b.map;
+    const auto d   = dir;
+    Kokkos::parallel_for(
+        "koptim::Shampoo::update", Kokkos::RangePolicy<ExecutionSpace>(0, b.size), KOKKOS_LAMBDA(const std::int64_t e) {
+          T P = d(e) + a_ * w(e);
+          if (mom) {
+            const T Bn = mu * B(e) + one_minus_d * P;
+            B(e)       = Bn;
+            P          = nesterov ? one_minus_d * P + mu * Bn : Bn;
+          }
+          W(map(e)) = w(e) - lr_ * P;
+        });
+  }
+}
+
+template <class T>
+void ShampooBlocks<T>::export_tensors(OptimizerState& s) const {
+  auto put = [&](const std::string& k, const Vec<T>& v, const std::vector<std::int64_t>& shape) {
+    if (v.size() == 0) return;
+    StateTensor st;
+    st.dtype = scalar_type_of<T>();
+    st.shape = shape;
+    st.data.resize(v.size() * sizeof(T));
+    Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> h(reinterpret_cast<T*>(st.data.data()),
+                                                                                   v.size());
+    Kokkos::deep_copy(h, v);
+    s.tensors[k] = std::move(st);
+  };
+  const bool roots                                                                                       = roots_ready_;
+  s.integers[std::string("shampoo/") + (std::is_same<T, float>::value ? "f32" : "f64") + "/roots_ready"] = roots;
+  for (const auto& b : blocks_) {
+    const std::string k = key(b);
+    put(k + "/filtered_grad", b.filtered, b.shape);
+    put(k + "/graft", b.graft, b.shape);
+    put(k + "/momentum", b.momentum, b.shape);
+    put(k + "/eigenvalue_correction", b.correction, b.shape);
+    s.integers[k + "/failures"] = b.failures;
+    for (std::size_t j = 0; j < b.factors.size(); ++j) {
+      const auto& f = b.factors[j];
+      if (f.slot < 0) continue;
+      const auto& bank = banks_.at(f.n);
+      Vec<T> L(Kokkos::view_alloc(Kokkos::WithoutInitializing, "tmp"), f.n * f.n),
+          X(Kokkos::view_alloc(Kokkos::WithoutInitializing, "tmp"), f.n * f.n);
+      Kokkos::deep_copy(Kokkos::View<T***, Kokkos::LayoutRight, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+                            L.data(), 1, f.n, f.n),
+                        Kokkos::subview(bank.L, std::make_pair(f.slot, f.slot + 1), Kokkos::ALL(), Kokkos::ALL()));
+      Kokkos::deep_copy(Kokkos::View<T***, Kokkos::LayoutRight, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+                            X.data(), 1, f.n, f.n),
+                        Kokkos::subview(bank.X, std::make_pair(f.slot, f.slot + 1), Kokkos::ALL(), Kokkos::ALL()));
+      put(k + "/factor" + std::to_string(j), L, {f.n, f.n});
+      put(k + (o_.eigenvalue_corrected ? "/eigenvectors" : "/root") + std::to_string(j), X, {f.n, f.n});
+    }
+  }
+}
+
+template <class T>
+void ShampooBlocks<T>::check_tensors(const OptimizerState& s, std::size_t& expected) const {
+  auto need = [&](const std::string& k, std::int64_t n) {
+    ++expected;
+    auto it = s.tensors.find(k);
+    if (it == s.tensors.end()) throw StateError("koptim::Shampoo::import_state: the state has no tensor '" + k + "'");
+    if (it->second.dtype != scalar_type_of<T>())
+      throw StateError("koptim::Shampoo::import_state: state tensor '" + k + "' has scalar type " +
+                       to_string(it->second.dtype) + ", expected " + to_string(scalar_type_of<T>()));
+    if (it->second.size() != n || it->second.data.size() != static_cast<std::size_t>(n) * sizeof(T))
+      throw StateError("koptim::Shampoo::import_state: state tensor '" + k + "' has shape " +
+                       shape_string(it->second.shape) + ", expected " + std::to_string(n) + " elements");
+  };
+  const std::string rk = std::string("shampoo/") + (std::is_same<T, float>::value ? "f32" : "f64") + "/roots_ready";
+  if (!s.integers.count(rk)) throw StateError("koptim::Shampoo::import_state: the state has no integer '" + rk + "'");
+  for (const auto& b : blocks_) {
+    const std::string k = key(b);
+    if (b.filtered.size()) need(k + "/filtered_grad", b.size);
+    if (b.graft.size()) need(k + "/graft", b.size);
+    if (b.momentum.size()) need(k + "/momentum", b.size);
+    if (b.correction.size()) need(k + "/eigenvalue_correction", b.size);
+    if (!s.integers.count(k + "/failures"))
+      throw StateError("koptim::Shampoo::import_state: the state has no integer '" + k + "/failures'");
+    for (std::size_t j = 0; j < b.factors.size(); ++j) {
+      if (b.factors[j].slot < 0) continue;
+      need(k + "/factor" + std::to_string(j), b.factors[j].n * b.factors[j].n);
+      need(k + (o_.eigenvalue_corrected ? "/eigenvectors" : "/root") + std::to_string(j),
+           b.factors[j].n * b.factors[j].n);
+    }
+  }
+}
+
+template <class T>
+void ShampooBlocks<T>::import_tensors(const OptimizerState& s) {
+  auto get = [&](const std::string& k, T* dst, std::int64_t n) {
+    const auto& st = s.tensors.at(k);
+    Kokkos::View<const T*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> h(
+        reinterpret_cast<const T*>(st.data.data()), n);
+    Kokkos::deep_copy(Kokkos::View<T*, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(dst, n), h);
+  };
+  roots_ready_ =
+      s.integers.at(std::string("shampoo/") + (std::is_same<T, float>::value ? "f32" : "f64") + "/roots_ready") != 0;
+  for (auto& b : blocks_) {
+    const std::string k = key(b);
+    if (b.filtered.size()) get(k + "/filtered_grad", b.filtered.data(), b.size);
+    if (b.graft.size()) get(k + "/graft", b.graft.data(), b.size);
+    if (b.momentum.size()) get(k + "/momentum", b.momentum.data(), b.size);
+    if (b.correction.size()) get(k + "/eigenvalue_correction", b.correction.data(), b.size);
+    b.failures = static_cast<int>(s.integers.at(k + "/failures"));
+    for (std::size_t j = 0; j < b.factors.size(); ++j) {
+      const auto& f = b.factors[j];
+      if (f.slot < 0) continue;
+      auto& bank = banks_.at(f.n);
+      get(k + "/factor" + std::to_string(j), &bank.L(f.slot, 0, 0), f.n * f.n);
+      get(k + (o_.eigenvalue_corrected ? "/eigenvectors" : "/root") + std::to_string(j), &bank.X(f.slot, 0, 0),
+          f.n * f.n);
+    }
+  }
+}
+
+}  // namespace Impl
+
+Shampoo::Shampoo(ParameterSet params, CommonOptions common, ShampooOptions options)
+    : Optimizer("Shampoo", std::move(params), std::move(common)), options_(std::move(options)) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const auto& o    = options_;
+  Impl::require_range("Shampoo", "betas[0]", o.betas[0], 0.0, 1.0, false, true);
+  Impl::require_range("Shampoo", "betas[1]", o.betas[1], 0.0, 1.0, true, false);
+  if (o.beta3 != -1.0) Impl::require_range("Shampoo", "beta3", o.beta3, 0.0, 1.0, false, true);
+  Impl::require_range("Shampoo", "epsilon", o.epsilon, 0.0, inf, false, true);
+  Impl::require_range("Shampoo", "momentum", o.momentum, 0.0, 1.0, false, true);
+  Impl::require_range("Shampoo", "dampening", o.dampening, 0.0, 1.0, false, true);
+  Impl::require_range("Shampoo", "max_preconditioner_dim", static_cast<double>(o.max_preconditioner_dim), 1.0, 1e9);
+  Impl::require_range("Shampoo", "precondition_frequency", static_cast<double>(o.precondition_frequency), 1.0, 1e18);
+  if (o.start_preconditioning_step != -1 && o.start_preconditioning_step < o.precondition_frequency) {
+    throw ConfigError("koptim::Shampoo: start_preconditioning_step = " + std::to_string(o.start_preconditioning_step) +
+                      " is not allowed; allowed: -1 (meaning precondition_frequency) or >= precondition_frequency = " +
+                      std::to_string(o.precondition_frequency));
+  }
+  if (o.grafting_beta2 != -1.0)
+    Impl::require_range("Shampoo", "grafting_beta2", o.grafting_beta2, 0.0, 1.0, false, true);
+  Impl::require_range("Shampoo", "grafting_epsilon", o.grafting_epsilon, 0.0, inf, false, true);
+  if (o.pseudo_inverse && o.epsilon != 0.0) {
+    throw ConfigError(
+        "koptim::Shampoo: pseudo_inverse = true needs epsilon = 0 (got epsilon = " + std::to_string(o.epsilon) + ")");
+  }
+  if (o.use_nesterov && o.momentum <= 0.0) {
+    throw ConfigError("koptim::Shampoo: use_nesterov = true needs momentum > 0");
+  }
+  for (const auto& kv : o.inverse_exponent_override) {
+    Impl::require_range("Shampoo", "inverse_exponent_override/order_" + std::to_string(kv.first), kv.second, 0.0, inf,
+                        false, true);
+  }
+  for (const auto& kv : o.inverse_exponent_override_dim) {
+    Impl::require_range(
+        "Shampoo",
+        "inverse_exponent_override/order_" + std::to_string(kv.first.first) + "_dim_" + std::to_string(kv.first.second),
+        kv.second, 0.0, inf, false, true);
+  }
+  Impl::require_range("Shampoo", "num_tolerated_failed_amortized_computations",
+                      o.num_tolerated_failed_amortized_computations, 0.0, 1e9);
+  shampoo::BlockingOptions bo;
+  bo.max_preconditioner_dim = o.max_preconditioner_dim;
+  bo.use_merge_dims         = o.use_merge_dims;
+  for (const auto& p : parameters().parameters()) layouts_.push_back(shampoo::compute_block_layout(p.param.shape, bo));
+  f32_ = std::make_unique<Impl::ShampooBlocks<float>>(*this, parameters(), layouts_, options_);
+  f64_ = std::make_unique<Impl::ShampooBlocks<double>>(*this, parameters(), layouts_, options_);
+}
+
+Shampoo::~Shampoo() = default;
+
+double Shampoo::inverse_exponent(int order, int dim) const {
+  auto d = options_.inverse_exponent_override_dim.find({order, dim});
+  if (d != options_.inverse_exponent_override_dim.end()) return d->second;
+  auto o = options_.inverse_exponent_override.find(order);
+  if (o != options_.inverse_exponent_override.end()) return o->second;
+  return 1.0 / (2.0 * std::max(order, 1));
+}
+
+std::size_t Shampoo::state_bytes() const { return f32_->state_bytes() + f64_->state_bytes(); }
+std::size_t Shampoo::num_blocks() const { return f32_->num_blocks() + f64_->num_blocks(); }
+std::int64_t Shampoo::failed_amortized_computations() const { return f32_->failures_kept() + f64_->failures_kept(); }
+
+std::string Shampoo::describe_blocks() const {
+  std::ostringstream s;
+  for (std::size_t i = 0; i < layouts_.size(); ++i) s << parameters()[i].name << ": " << layouts_[i].describe() << "\n";
+  return s.str();
+}
+
+void Shampoo::update(std::int64_t t, const std::vector<double>& lrs) {
+  const std::int64_t f = options_.precondition_frequency;
+  const std::int64_t s = options_.start_preconditioning_step < 0 ? f : options_.start_preconditioning_step;
+  std::vector<double> wds(lrs.size()), peaks(lrs.size());
+  for (std::size_t g = 0; g < lrs.size(); ++g) {
+    wds[g]   = weight_decay(static_cast<int>(g));
+    peaks[g] = base_lr(static_cast<int>(g));
+  }
+  {
+    Impl::ScopedRegion r("koptim::Shampoo::accumulate");
+    f32_->accumulate(t, wds);
+    f64_->accumulate(t, wds);
+  }
+  if ((t % f == 0 && t > s) || t == s) {
+    Impl::ScopedRegion r("koptim::Shampoo::amortized_computation");
+    f32_->amortized(t);
+    f64_->amortized(t);
+  }
+  Impl::ScopedRegion r("koptim::Shampoo::apply");
+  f32_->apply(t, lrs, peaks, wds);
+  f64_->apply(t, lrs, peaks, wds);
+}
+
+void Shampoo::export_tensors(OptimizerState& s) const {
+  f32_->export_tensors(s);
+  f64_->export_tensors(s);
+}
+
+void Shampoo::check_tensors(const OptimizerState& s) const {
+  std::size_t expected = 0;
+  f32_->check_tensors(s, expected);
+  f64_->check_tensors(s, expected);
+  if (s.tensors.size() != expected) {
+    throw StateError("koptim::Shampoo::import_state: the state has " + std::to_string(s.tensors.size()) +
+                     " tensors, this optimizer expects " + std::to_string(expected) +
+                     " (an entry for a block or buffer it does not have)");
+  }
+}
+
+void Shampoo::import_tensors(const OptimizerState& s) {
+  f32_->import_tensors(s);
+  f64_->import_tensors(s);
+}
+
+}  // namespace koptim

@@ -1,0 +1,398 @@
+// Shampoo: equal to its grafting method (and to torch.optim) while preconditioning has not
+// started, hand-computed preconditioned steps, blocking reports, the root methods agreeing,
+// the failure rules, configuration and state.
+#include "koptim_TestData.hpp"
+#include "koptim_TestTensor.hpp"
+
+#include <koptim/koptim.hpp>
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+namespace {
+
+using koptim_test::ReferenceCase;
+
+// A host copy that does not alias the View (create_mirror_view_and_copy returns the View itself
+// when it is already in host memory).
+template <class V>
+auto host_copy(const V& v) {
+  auto h = Kokkos::create_mirror(v);
+  Kokkos::deep_copy(h, v);
+  return h;
+}
+using koptim_test::TestTensor;
+
+const std::vector<ReferenceCase>& torch_reference() {
+  static const auto cases = koptim_test::read_reference(KOPTIM_TEST_REFERENCE_DIR "/diagonal_torch.txt");
+  return cases;
+}
+
+const ReferenceCase& torch_case(const std::string& name, const std::string& dtype) {
+  for (const auto& c : torch_reference())
+    if (c.name == name && c.dtype == dtype) return c;
+  throw std::runtime_error("no reference case " + name);
+}
+
+double option(const ReferenceCase& c, const std::string& key, double fallback, int i = 0) {
+  auto it = c.options.find(key);
+  return it == c.options.end() ? fallback : std::stod(it->second[i]);
+}
+
+// Max-norm relative error of every tensor at every checked step, running a torch reference case
+// through Shampoo configured to "never precondition" with the given grafting.
+template <class T>
+double never_preconditioned(const ReferenceCase& c, Teuchos::ParameterList l) {
+  std::vector<TestTensor<T>> tensors;
+  koptim::ParameterSet params;
+  int group = 0;
+  if (c.has_group) group = params.add_group("second", {c.group_lr, c.group_weight_decay});
+  for (std::size_t t = 0; t < c.shapes.size(); ++t) {
+    tensors.emplace_back(c.shapes[t], "p" + std::to_string(t));
+    tensors.back().set(false, [&](std::int64_t i) { return koptim_test::value(c.seed, t, 0, i); });
+    tensors.back().add_to(params, "p" + std::to_string(t), t >= 2 ? group : 0);
+  }
+  l.set("optimizer", std::string("Shampoo"));
+  l.set("precondition_frequency", 1000000);
+  l.set("start_preconditioning_step", 1000000);
+  auto opt     = koptim::create(params, l);
+  double worst = 0;
+  for (int step = 1; step <= 100; ++step) {
+    for (std::size_t t = 0; t < tensors.size(); ++t)
+      tensors[t].set(true, [&](std::int64_t i) { return koptim_test::value(c.seed, t, step, i); });
+    opt->step();
+    auto it = c.checks.find(step);
+    if (it == c.checks.end()) continue;
+    for (std::size_t t = 0; t < tensors.size(); ++t) {
+      const auto got = tensors[t].get();
+      double diff = 0, scale = 0;
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        diff  = std::max(diff, std::abs(got[i] - it->second[t][i]));
+        scale = std::max(scale, std::abs(it->second[t][i]));
+      }
+      worst = std::max(worst, diff / scale);
+    }
+  }
+  return worst;
+}
+
+Teuchos::ParameterList adam_like(const ReferenceCase& c, const std::string& decay_type) {
+  Teuchos::ParameterList l;
+  l.set("lr", option(c, "lr", 1e-3));
+  l.set("weight_decay", option(c, "weight_decay", c.optimizer == "AdamW" ? 0.01 : 0.0));
+  l.set("weight_decay_type", decay_type);
+  Teuchos::Array<double> betas(2);
+  betas[0] = option(c, "betas", 0.9, 0);
+  betas[1] = 1.0;
+  l.set("betas", betas);
+  l.set("grafting", std::string("Adam"));
+  l.set("grafting_beta2", option(c, "betas", 0.999, 1));
+  l.set("grafting_epsilon", option(c, "eps", 1e-8));
+  return l;
+}
+
+Teuchos::ParameterList first_order(const ReferenceCase& c, const std::string& grafting, double eps) {
+  Teuchos::ParameterList l;
+  l.set("lr", option(c, "lr", 1e-2));
+  l.set("weight_decay", option(c, "weight_decay", 0.0));
+  l.set("weight_decay_type", std::string("L2"));
+  Teuchos::Array<double> betas(2);
+  betas[0] = 0.0;  // b1 = 0: M_hat = G, as torch's AdaGrad, RMSProp and SGD
+  betas[1] = 1.0;
+  l.set("betas", betas);
+  l.set("grafting", grafting);
+  l.set("grafting_epsilon", eps);
+  l.set("momentum", option(c, "momentum", 0.0));
+  l.set("use_nesterov", c.options.count("nesterov") > 0);
+  return l;
+}
+
+TEST(Shampoo, BeforePreconditioningEqualsTorchThroughGrafting) {
+  for (const std::string dtype : {"float32", "float64"}) {
+    const double tol = dtype == "float32" ? 1e-5 : 1e-12;
+    auto run         = [&](const ReferenceCase& c, const Teuchos::ParameterList& l) {
+      SCOPED_TRACE(c.name + " " + dtype);
+      const double err = dtype == "float32" ? never_preconditioned<float>(c, l) : never_preconditioned<double>(c, l);
+      EXPECT_LE(err, tol);
+    };
+    for (const char* name : {"adam_default", "adam_betas_eps", "adam_low_beta1"})
+      run(torch_case(name, dtype), adam_like(torch_case(name, dtype), "L2"));
+    run(torch_case("adam_wd", dtype), adam_like(torch_case("adam_wd", dtype), "L2"));
+    run(torch_case("adamw_default", dtype), adam_like(torch_case("adamw_default", dtype), "decoupled"));
+    run(torch_case("adamw_groups", dtype), adam_like(torch_case("adamw_groups", dtype), "decoupled"));
+    run(torch_case("adagrad_default", dtype), first_order(torch_case("adagrad_default", dtype), "AdaGrad", 1e-10));
+    {
+      auto l = first_order(torch_case("rmsprop_default", dtype), "RMSProp", 1e-8);
+      l.set("grafting_beta2", 0.99);
+      run(torch_case("rmsprop_default", dtype), l);
+    }
+    for (const char* name : {"sgd_plain", "sgd_momentum", "sgd_nesterov_wd"}) {
+      run(torch_case(name, dtype), first_order(torch_case(name, dtype), "SGD", 0.0));
+      run(torch_case(name, dtype), first_order(torch_case(name, dtype), "none", 1e-10));
+    }
+    // The eigenvalue-corrected variant without grafting is Adam with its own betas and epsilon.
+    for (const char* name : {"adam_default", "adamw_default"}) {
+      const auto& c = torch_case(name, dtype);
+      auto l        = adam_like(c, c.optimizer == "AdamW" ? "decoupled" : "L2");
+      l.set("grafting", std::string("none"));
+      l.set("eigenvalue_corrected", true);
+      Teuchos::Array<double> betas(2);
+      betas[0] = 0.9;
+      betas[1] = 0.999;
+      l.set("betas", betas);
+      l.set("epsilon", 1e-8);
+      run(c, l);
+    }
+  }
+}
+
+// A (3, 2) parameter with max_preconditioner_dim 2 and no merging is cut into a 2x2 and a 1x2
+// block; the 1x2 block fed G1 = [1, 0], G2 = [0, 1] has L = [2] and R = I at step 2, so with
+// b2 = 1 its direction is 2^(-1/4) G2. With b2 < 1 the factors are diagonal and the step is known
+// in closed form, with and without bias correction.
+TEST(Shampoo, HandComputedSteps) {
+  for (double b2 : {1.0, 0.5}) {
+    for (bool bias : {true, false}) {
+      Kokkos::View<double**> W("W", 3, 2), G("G", 3, 2);
+      koptim::ParameterSet params;
+      params.add("w", W, G);
+      Teuchos::ParameterList l;
+      l.set("optimizer", std::string("Shampoo"));
+      l.set("lr", 1.0);
+      Teuchos::Array<double> betas(2);
+      betas[0] = 0.0;
+      betas[1] = b2;
+      l.set("betas", betas);
+      l.set("epsilon", 1e-30);
+      l.set("max_preconditioner_dim", 2);
+      l.set("use_merge_dims", false);
+      l.set("use_bias_correction", bias);
+      auto opt = koptim::create(params, l);
+      auto& sh = dynamic_cast<koptim::Shampoo&>(*opt);
+      EXPECT_EQ(sh.num_blocks(), 2u);
+      auto hG  = Kokkos::create_mirror_view(G);
+      auto set = [&](double a, double b) {
+        Kokkos::deep_copy(hG, 0.0);
+        hG(2, 0) = a;
+        hG(2, 1) = b;
+        Kokkos::deep_copy(G, hG);
+      };
+      set(1, 0);
+      opt->step();
+      auto w1 = host_copy(W);
+      set(0, 1);
+      opt->step();
+      auto w2         = host_copy(W);
+      const double p0 = w1(2, 0) - w2(2, 0), p1 = w1(2, 1) - w2(2, 1);  // the step-2 direction
+      // Step 2: L = b2 w + w (both rows' squares summed, w = 1 - b2 or 1), R = diag(b2 w, w).
+      const double w  = b2 < 1 ? 1 - b2 : 1.0;
+      const double sc = bias && b2 < 1 ? 1.0 / (1 - b2 * b2) : 1.0;
+      const double L = (b2 * w + w) * sc, R1 = w * sc;
+      SCOPED_TRACE("b2 " + std::to_string(b2) + " bias " + std::to_string(bias));
+      EXPECT_NEAR(p0, 0.0, 1e-12);
+      EXPECT_NEAR(p1, std::pow(L, -0.25) * std::pow(R1, -0.25), 1e-12);
+      if (b2 == 1.0) EXPECT_NEAR(p1, std::pow(2.0, -0.25), 1e-15);
+      // Rows 0-1 had zero gradients: a zero direction, never a NaN.
+      EXPECT_EQ(w2(0, 0), 0.0);
+      EXPECT_EQ(w2(1, 1), 0.0);
+    }
+  }
+}
+
+// A 2-vector fed G1 = [1, 0], G2 = [0, 1] with b2 = 1 has L = I at step 2: P = G2.
+TEST(Shampoo, IdentityFactorGivesTheGradient) {
+  Kokkos::View<double*> W("W", 2), G("G", 2);
+  koptim::ParameterSet params;
+  params.add("v", W, G);
+  Teuchos::ParameterList l;
+  l.set("optimizer", std::string("Shampoo"));
+  l.set("lr", 1.0);
+  Teuchos::Array<double> betas(2);
+  betas[0] = 0.0;
+  betas[1] = 1.0;
+  l.set("betas", betas);
+  l.set("epsilon", 1e-30);
+  auto opt = koptim::create(params, l);
+  auto h   = Kokkos::create_mirror_view(G);
+  h(0) = 1, h(1) = 0;
+  Kokkos::deep_copy(G, h);
+  opt->step();
+  h(0) = 0, h(1) = 1;
+  Kokkos::deep_copy(G, h);
+  auto before = host_copy(W);
+  opt->step();
+  auto after = host_copy(W);
+  EXPECT_NEAR(before(0) - after(0), 0.0, 1e-14);
+  EXPECT_NEAR(before(1) - after(1), 1.0, 1e-14);
+}
+
+TEST(Shampoo, ReportsBlockLayouts) {
+  Kokkos::View<float****> conv("conv", 32, 3, 64, 64), dconv("dconv", 32, 3, 64, 64);
+  Kokkos::View<float**> m("m", 16, 32), dm("dm", 16, 32);
+  Kokkos::View<float*> bias("b", 3000), dbias("db", 3000);
+  koptim::ParameterSet params;
+  params.add("conv", conv, dconv);
+  params.add("m", m, dm);
+  params.add("bias", bias, dbias);
+  koptim::CommonOptions c;
+  koptim::ShampooOptions o;
+  o.max_preconditioner_dim = 8192;
+  koptim::Shampoo sh(params, c, o);
+  EXPECT_EQ(sh.block_layouts()[0].merged_shape, (std::vector<std::int64_t>{96, 4096}));
+  EXPECT_EQ(sh.block_layouts()[1].merged_shape, (std::vector<std::int64_t>{512}));
+  EXPECT_EQ(sh.block_layouts()[2].blocks.size(), 1u);
+  const std::string d = sh.describe_blocks();
+  EXPECT_NE(d.find("conv"), std::string::npos) << d;
+  EXPECT_NE(d.find("4096"), std::string::npos) << d;
+  // Exact state: factors and roots of every block, nothing else by default (b1 = 0.9: filtered grad).
+  const std::size_t n       = 32 * 3 * 64 * 64 + 16 * 32 + 3000;
+  const std::size_t factors = 2 * (96 * 96 + 4096 * 4096 + 512 * 512 + 3000 * 3000);
+  EXPECT_EQ(sh.state_bytes(), 4 * (factors + n));
+}
+
+// The same trajectory through the LAPACK and the batched Jacobi eigensolvers, and through the
+// coupled Newton iteration, on small well-conditioned blocks.
+TEST(Shampoo, RootMethodsAgree) {
+  auto run = [](const std::string& solver, const std::string& method) {
+    TestTensor<double> a({6, 5}, "a"), b({7}, "b");
+    koptim::ParameterSet params;
+    a.add_to(params, "a");
+    b.add_to(params, "b");
+    a.set(false, [](std::int64_t i) { return koptim_test::value(5, 0, 0, i); });
+    b.set(false, [](std::int64_t i) { return koptim_test::value(5, 1, 0, i); });
+    Teuchos::ParameterList l;
+    l.set("optimizer", std::string("Shampoo"));
+    l.set("lr", 0.01);
+    l.set("epsilon", 1e-6);
+    l.set("grafting", std::string("Adam"));
+    l.set("eigensolver", solver);
+    l.set("root_method", method);
+    auto opt = koptim::create(params, l);
+    for (int s = 1; s <= 20; ++s) {
+      a.set(true, [&](std::int64_t i) { return koptim_test::value(5, 0, s, i); });
+      b.set(true, [&](std::int64_t i) { return koptim_test::value(5, 1, s, i); });
+      opt->step();
+    }
+    auto r  = a.get();
+    auto rb = b.get();
+    r.insert(r.end(), rb.begin(), rb.end());
+    return r;
+  };
+  const auto lapack = run("lapack", "eigen"), jacobi = run("jacobi", "eigen"),
+             newton = run("automatic", "coupled_newton");
+  for (std::size_t i = 0; i < lapack.size(); ++i) {
+    EXPECT_NEAR(lapack[i], jacobi[i], 1e-10) << i;
+    EXPECT_NEAR(lapack[i], newton[i], 1e-4) << i;
+  }
+}
+
+TEST(Shampoo, NonFiniteFactorNamesParameterAndBlock) {
+  Kokkos::View<float**> W("W", 4, 3), G("G", 4, 3);
+  koptim::ParameterSet params;
+  params.add("layer.weight", W, G);
+  Teuchos::ParameterList l;
+  l.set("optimizer", std::string("Shampoo"));
+  auto opt = koptim::create(params, l);
+  Kokkos::deep_copy(G, 1e30f);  // finite, but its square overflows float
+  try {
+    opt->step();
+    ADD_FAILURE() << "no error";
+  } catch (const koptim::NonFiniteError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("parameter 'layer.weight', block 0"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("NaN or Inf"), std::string::npos) << msg;
+  }
+}
+
+TEST(Shampoo, RejectsBadConfiguration) {
+  Kokkos::View<float**> W("W", 4, 3), G("G", 4, 3);
+  koptim::ParameterSet params;
+  params.add("w", W, G);
+  auto error = [&](const Teuchos::ParameterList& l) -> std::string {
+    try {
+      koptim::create(params, l);
+    } catch (const koptim::ConfigError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  Teuchos::ParameterList base;
+  base.set("optimizer", std::string("Shampoo"));
+  auto a = base;
+  a.set("pseudo_inverse", true);
+  EXPECT_NE(error(a).find("pseudo_inverse = true needs epsilon = 0"), std::string::npos) << error(a);
+  auto b = base;
+  b.set("precondition_frequency", 10);
+  b.set("start_preconditioning_step", 5);
+  EXPECT_NE(error(b).find("start_preconditioning_step = 5 is not allowed"), std::string::npos) << error(b);
+  auto c = base;
+  c.sublist("inverse_exponent_override").set("order_two", 0.5);
+  EXPECT_NE(error(c).find("unknown key 'inverse_exponent_override/order_two'"), std::string::npos) << error(c);
+  auto d = base;
+  d.sublist("inverse_exponent_override").set("order_2_dim_1", -0.5);
+  EXPECT_NE(error(d).find("order_2_dim_1 = -0.5 is not allowed"), std::string::npos) << error(d);
+  auto e = base;
+  e.set("grafting", std::string("Adamax"));
+  EXPECT_NE(error(e).find("one of: none, SGD, AdaGrad, RMSProp, Adam"), std::string::npos) << error(e);
+  auto f = base;
+  Teuchos::Array<double> betas(2);
+  betas[0] = 0.9;
+  betas[1] = 0.0;
+  f.set("betas", betas);
+  EXPECT_NE(error(f).find("betas[1] = 0 is not allowed"), std::string::npos) << error(f);
+  auto g = base;
+  g.sublist("inverse_exponent_override").set("order_2_dim_1", 0.0);
+  g.sublist("inverse_exponent_override").set("order_1", 0.25);
+  koptim::create(params, g);  // valid
+}
+
+TEST(Shampoo, StateRoundTripResumesBitwise) {
+  auto make = [](koptim::ParameterSet& p) {
+    Teuchos::ParameterList l;
+    l.set("optimizer", std::string("Shampoo"));
+    l.set("lr", 0.01);
+    l.set("grafting", std::string("AdaGrad"));
+    l.set("momentum", 0.5);
+    l.set("precondition_frequency", 2);
+    l.set("epsilon", 1e-8);
+    l.set("max_preconditioner_dim", 32);
+    return koptim::create(p, l);
+  };
+  // 40 x 30 with max_preconditioner_dim 32: blocks 32 x 30 and 8 x 30, two factors each.
+  TestTensor<float> a1({40, 30}, "a"), a2({40, 30}, "a");
+  koptim::ParameterSet p1, p2;
+  a1.add_to(p1, "a");
+  a2.add_to(p2, "a");
+  auto o1 = make(p1), o2 = make(p2);
+  for (int s = 1; s <= 5; ++s) {
+    a1.set(true, [&](std::int64_t i) { return koptim_test::value(9, 0, s, i); });
+    o1->step();
+  }
+  const auto st     = o1->export_state();
+  std::size_t bytes = 0;
+  for (const auto& kv : st.tensors) bytes += kv.second.data.size();
+  EXPECT_EQ(bytes, o1->state_bytes());
+  auto bad = st;
+  bad.tensors.erase("a/block1/factor1");
+  EXPECT_THROW(o2->import_state(bad), koptim::StateError);
+  bad                             = st;
+  bad.tensors["a/block2/factor0"] = st.tensors.at("a/block1/factor0");
+  EXPECT_THROW(o2->import_state(bad), koptim::StateError);
+  bad = st;
+  bad.tensors["a/block1/root0"].data.resize(4);
+  EXPECT_THROW(o2->import_state(bad), koptim::StateError);
+  EXPECT_EQ(o2->step_count(), 0);
+  Kokkos::deep_copy(a2.p2, a1.p2);
+  o2->import_state(st);
+  for (int s = 6; s <= 9; ++s) {
+    a1.set(true, [&](std::int64_t i) { return koptim_test::value(9, 0, s, i); });
+    a2.set(true, [&](std::int64_t i) { return koptim_test::value(9, 0, s, i); });
+    o1->step();
+    o2->step();
+  }
+  EXPECT_EQ(a1.get(), a2.get());
+}
+
+}  // namespace

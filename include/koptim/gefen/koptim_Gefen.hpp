@@ -1,0 +1,129 @@
+// Gefen: a memory-efficient drop-in replacement for AdamW (ALGORITHMS.md section 3). Same
+// hyperparameters as AdamW (lr, betas, eps, decoupled weight_decay), about 1 byte of state per
+// parameter instead of 8: the first moment is one uint8 codebook index per element times one
+// absmax per scale block, and the second moment is shared by the elements of a block.
+//
+// Everything Gefen learns is learned at the first step, inside step(), from that step's
+// gradients (then the regular step runs): per tensor the block size p (neighbour-contrast rule,
+// or variance-drop with partition_rule = variance_drop; see koptim_GefenPartition.hpp), and one
+// global 256-entry codebook, the exact optimum of a 1-D k-means over a 4096-bin histogram of the
+// gradients normalised by their scale block (koptim_GefenCodebook.hpp). Before the first step
+// Gefen holds no state (state_bytes() is 0, tensor_info() reports p = 0).
+//
+// Storage per tensor of n elements, scalars in the parameter's precision T (ALGORITHMS.md 3.2):
+//
+//   kind          when                                second moment           momentum scales
+//   shared        p > 1                               n / p values            n / p (scale block = p)
+//   factored      p = 1, 2+ dims > 1, n >= 4096        rows + cols values      n / s
+//   full          p = 1 otherwise, or                 n values                n / s
+//                 p1_second_moment = full
+//
+// plus n uint8 indices; s is the largest divisor of n that is at most 256. Global: the codebook
+// (256 float) and its nearest-entry lookup table (4096 uint8).
+//
+// Factored second moment (koptim deviation of 3.2, Adafactor-style): the tensor is viewed as a
+// matrix (rows, cols) in memory order, rows = the extent of its slowest-varying dimension of
+// extent > 1 (the first one for LayoutRight, the last one for LayoutLeft), cols = n / rows.
+//   R_i <- b2 R_i + (1 - b2) mean_j g_ij^2,   C_j <- b2 C_j + (1 - b2) mean_i g_ij^2,
+//   v_ij = R_i C_j / mean_i(R_i)              (0 while mean(R) = 0),
+// which is exact for a rank-one g^2 and carries the same bias (1 - b2^t) as a per-element EMA.
+//
+// One step (3.3), per element i of block b, scale block a, in T unless noted:
+//   v_b   <- v_b b2 + (1 - b2) T(mean_{i in b} g_i^2)   (the sum in double; full: v_i b2 + (1-b2) g_i g_i)
+//   W_i   <- W_i T(1 - lr wd)                           (only when wd > 0)
+//   m_i    = b1 (codebook[idx_i] absmax_a) + (1 - b1) g_i
+//   absmax_a <- max_{i in a} |m_i|;  idx_i <- nearest codebook entry to m_i / absmax_a (ties to the
+//             lower entry; 0 / 0 counts as 0)
+//   W_i   <- W_i + (T(-lr / (1 - b1^t)) codebook[idx_i] absmax_a) / (sqrt(v) / T(sqrt(1 - b2^t)) + eps)
+// which is 3.3 step 5 written in torch's Adam order of operations. The block sums and maxima
+// are team reductions: sums may associate differently on threaded backends, maxima never do.
+//
+// Memory order: Gefen flattens every tensor in memory order. For LayoutRight Views that is the
+// row-major order of ALGORITHMS.md; a LayoutLeft View of shape (a, b) is treated as the
+// row-major tensor (b, a) it is in memory (partitions and factors follow that).
+#ifndef KOPTIM_GEFEN_GEFEN_HPP
+#define KOPTIM_GEFEN_GEFEN_HPP
+
+#include <koptim/core/koptim_Optimizer.hpp>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace koptim {
+
+enum class GefenPartitionRule { neighbour_contrast, variance_drop };
+enum class GefenP1SecondMoment { factored, full };
+
+// Gefen's own keys; lr and weight_decay are in CommonOptions (Gefen's default weight_decay is 0).
+struct GefenOptions {
+  std::array<double, 2> betas = {0.9, 0.999};
+  double eps                  = 1e-8;
+  // Expert keys; the defaults need no tuning.
+  GefenPartitionRule partition_rule    = GefenPartitionRule::neighbour_contrast;
+  GefenP1SecondMoment p1_second_moment = GefenP1SecondMoment::factored;
+  bool force_p1                        = false;  // no second-moment sharing anywhere (p = 1)
+};
+
+enum class GefenSecondMoment { uninitialised, shared, factored, full };
+const char* to_string(GefenSecondMoment k);
+
+// What Gefen chose for one tensor, and what it holds for it.
+struct GefenTensorInfo {
+  std::string name;
+  std::vector<std::int64_t> shape;
+  std::int64_t size            = 0;
+  std::int64_t partition       = 0;  // p (elements sharing a second moment); 0 before the first step
+  std::int64_t blocks          = 0;  // n / p partition blocks
+  std::int64_t scale_block     = 0;  // elements per absmax
+  std::int64_t scale_blocks    = 0;
+  GefenSecondMoment second_moment = GefenSecondMoment::uninitialised;
+  std::int64_t second_moment_values = 0;
+  std::int64_t rows = 0, cols = 0;  // factored only
+  std::size_t state_bytes = 0;      // indices + absmax + second moment of this tensor
+};
+
+class Gefen : public Optimizer {
+ public:
+  Gefen(ParameterSet params, CommonOptions common, GefenOptions options = {});
+  ~Gefen() override;
+
+  const GefenOptions& options() const { return options_; }
+  // True once the first step has chosen the partitions and learned the codebook.
+  bool initialised() const;
+
+  // Per tensor: the chosen p, the blocks and the state bytes (ParameterSet order).
+  std::vector<GefenTensorInfo> tensor_info() const;
+  // tensor_info() as a printable table, with the totals and bytes per parameter.
+  std::string summary() const;
+  // The codebook, ascending, -1 first and +1 last; empty before the first step.
+  std::vector<float> codebook() const;
+
+  // Indices, absmax scales and second moments of every tensor, plus the codebook (1024 bytes)
+  // and its lookup table (4096 bytes) once initialised; 0 before the first step.
+  std::size_t state_bytes() const override;
+
+ protected:
+  void update(std::int64_t t, const std::vector<double>& lrs) override;
+  // State keys: integer "initialised"; once initialised, tensor "codebook" (float32, 256),
+  // integer "<name>/partition", tensors "<name>/indices" (float32 holding 0..255, the
+  // parameter's shape: OptimizerState has no uint8 type), "<name>/absmax", and
+  // "<name>/exp_avg_sq" (shared, full) or "<name>/exp_avg_sq_row" and "<name>/exp_avg_sq_col"
+  // (factored). Layouts follow from the partition and this optimizer's options.
+  void export_tensors(OptimizerState& state) const override;
+  void check_tensors(const OptimizerState& state) const override;
+  void import_tensors(const OptimizerState& state) override;
+
+ private:
+  struct State;
+  void initialise();
+
+  GefenOptions options_;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace koptim
+
+#endif

@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -60,7 +61,9 @@ TEST(Config, EveryKeyHasDefaultDocAndValidator) {
     };
     check(*valid);
   }
-  EXPECT_EQ(koptim::optimizer_names(), (std::vector<std::string>{"SGD", "AdaGrad", "RMSProp", "Adam", "AdamW"}));
+  const auto names = koptim::optimizer_names();
+  for (const char* n : {"SGD", "AdaGrad", "RMSProp", "Adam", "AdamW", "Shampoo"})
+    EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n;
 }
 
 TEST(Config, DefaultsAreTorchDefaults) {
@@ -83,7 +86,7 @@ TEST(Config, RejectsMissingOrUnknownOptimizer) {
   Teuchos::ParameterList l("koptim");
   expect_contains(config_error(l), {"no key 'optimizer'", "AdamW"});
   l.set("optimizer", std::string("Adamax"));
-  expect_contains(config_error(l), {"unknown optimizer 'Adamax'", "allowed: SGD, AdaGrad, RMSProp, Adam, AdamW"});
+  expect_contains(config_error(l), {"unknown optimizer 'Adamax'", "allowed: SGD, AdaGrad, RMSProp, Adam, AdamW, Shampoo"});
   l.set("optimizer", 3);
   expect_contains(config_error(l), {"key 'optimizer' = 3 must be a string"});
 }

@@ -99,6 +99,7 @@ class ShampooBlocks {
 
   void accumulate(std::int64_t t, const std::vector<double>& wds);
   void amortized(std::int64_t t);
+  void correct();
   void apply(std::int64_t t, const std::vector<double>& lrs, const std::vector<double>& base_lrs,
              const std::vector<double>& wds);
 
@@ -195,8 +196,8 @@ std::size_t ShampooBlocks<T>::state_bytes() const {
   return n;
 }
 
-// Step 2.2.1, 2.2.2, the grafting accumulators (2.2.5), the filtered gradient (2.2.4) and the
-// eigenvalue correction (2.3), for every block.
+// Step 2.2.1, 2.2.2, the grafting accumulators (2.2.5) and the filtered gradient (2.2.4), for
+// every block.
 template <class T>
 void ShampooBlocks<T>::accumulate(std::int64_t t, const std::vector<double>& wds) {
   const T factor_w = static_cast<T>(b2_ < 1.0 ? 1.0 - b2_ : 1.0), b2 = static_cast<T>(b2_);
@@ -254,14 +255,21 @@ void ShampooBlocks<T>::accumulate(std::int64_t t, const std::vector<double>& wds
             mhat(e)      = (separate ? b3 * old + one_minus_b3 * g(e) : next) * inv_corr;
           });
     }
-    // Eigenvalue correction: E <- b2 E + w R^2, R = G rotated into the current eigenbasis.
-    if (o_.eigenvalue_corrected) {
-      precondition(b, b.g, b.p, b.q, false);  // b.p = R
-      const auto E = b.correction, R = b.p;
-      Kokkos::parallel_for(
-          "koptim::Shampoo::eigenvalue_correction", Kokkos::RangePolicy<ExecutionSpace>(0, b.size),
-          KOKKOS_LAMBDA(const std::int64_t e) { E(e) = b2 * E(e) + factor_w * R(e) * R(e); });
-    }
+  }
+}
+
+// Eigenvalue correction (2.3): E <- b2 E + w R^2, R = G rotated into the eigenbasis, after the
+// factors' eigenvectors have been refreshed at this step (as the reference implementation does).
+template <class T>
+void ShampooBlocks<T>::correct() {
+  if (!o_.eigenvalue_corrected) return;
+  const T factor_w = static_cast<T>(b2_ < 1.0 ? 1.0 - b2_ : 1.0), b2 = static_cast<T>(b2_);
+  for (auto& b : blocks_) {
+    precondition(b, b.g, b.p, b.q, false);  // b.p = R
+    const auto E = b.correction, R = b.p;
+    Kokkos::parallel_for(
+        "koptim::Shampoo::eigenvalue_correction", Kokkos::RangePolicy<ExecutionSpace>(0, b.size),
+        KOKKOS_LAMBDA(const std::int64_t e) { E(e) = b2 * E(e) + factor_w * R(e) * R(e); });
   }
 }
 
@@ -666,6 +674,11 @@ void Shampoo::update(std::int64_t t, const std::vector<double>& lrs) {
     Impl::ScopedRegion r("koptim::Shampoo::amortized_computation");
     f32_->amortized(t);
     f64_->amortized(t);
+  }
+  if (options_.eigenvalue_corrected) {
+    Impl::ScopedRegion r("koptim::Shampoo::eigenvalue_correction");
+    f32_->correct();
+    f64_->correct();
   }
   Impl::ScopedRegion r("koptim::Shampoo::apply");
   f32_->apply(t, lrs, peaks, wds);

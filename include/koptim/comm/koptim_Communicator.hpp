@@ -1,0 +1,137 @@
+// koptim's communication layer: one interface over MPI (host memory, or device memory when MPI
+// is CUDA-aware) and NCCL (GPU ranks). A Communicator owns a duplicate of the user's MPI
+// communicator, so koptim's messages never mix with the application's and any sub-communicator
+// works. Two planes:
+//   - the data plane (all_reduce_sum, all_gather) moves contiguous Views in koptim::MemorySpace
+//     through the chosen backend;
+//   - the host control plane (max, min, sum, same_on_all_ranks, agree_on_error, split_groups)
+//     always uses MPI on mpi_comm().
+// Every call is collective: every rank of the communicator makes it, in the same order. Bad
+// arguments on some ranks are an error on every rank (with the same message), never a hang.
+//
+//   auto comm = koptim::comm::Communicator::create(MPI_COMM_WORLD);
+//   comm->all_reduce_sum(grad);                       // grad is a View<float*, MemorySpace>
+//   comm->agree_on_error(ok ? "" : "checkpoint missing");
+#ifndef KOPTIM_COMM_COMMUNICATOR_HPP
+#define KOPTIM_COMM_COMMUNICATOR_HPP
+
+#include <koptim/core/koptim_Error.hpp>
+#include <koptim/core/koptim_Tensor.hpp>
+
+#include <mpi.h>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+
+namespace koptim {
+namespace comm {
+
+enum class Backend { mpi, nccl };
+const char* to_string(Backend);
+
+class Communicator {
+ public:
+  virtual ~Communicator();
+  Communicator(const Communicator&)            = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  // Duplicates comm (MPI_Comm_dup, freed in the destructor). Collective over comm.
+  // Backend::nccl throws koptim::ConfigError when koptim was built without NCCL.
+  static std::shared_ptr<Communicator> create(MPI_Comm comm, Backend backend = Backend::mpi);
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  Backend backend() const { return backend_; }
+  // The duplicated communicator; the host control plane always uses it.
+  MPI_Comm mpi_comm() const { return comm_.get(); }
+
+  // --- data plane: contiguous Views in koptim::MemorySpace -----------------------------------
+  // Each call first agrees on its arguments across ranks (one all-reduce of three integers), so
+  // a wrong extent or a count that differs between ranks throws ShapeError on every rank.
+  // In place, sum over ranks.
+  virtual void all_reduce_sum(const Kokkos::View<float*, MemorySpace>& data) const  = 0;
+  virtual void all_reduce_sum(const Kokkos::View<double*, MemorySpace>& data) const = 0;
+  // Every rank sends send.extent(0) elements (the same count on every rank); recv has
+  // size() * count elements, rank r's block at r * count. send may be rank()'s block of recv
+  // (in place); any other overlap is an error.
+  virtual void all_gather(const Kokkos::View<const float*, MemorySpace>& send,
+                          const Kokkos::View<float*, MemorySpace>& recv) const  = 0;
+  virtual void all_gather(const Kokkos::View<const double*, MemorySpace>& send,
+                          const Kokkos::View<double*, MemorySpace>& recv) const = 0;
+  // bf16 payloads (see koptim_BF16.hpp).
+  virtual void all_gather(const Kokkos::View<const std::uint16_t*, MemorySpace>& send,
+                          const Kokkos::View<std::uint16_t*, MemorySpace>& recv) const = 0;
+
+  // --- host control plane (MPI on mpi_comm(), whatever the backend) --------------------------
+  long long max(long long v) const;
+  long long min(long long v) const;
+  long long sum(long long v) const;
+  // True on every rank when s is the same string on every rank (SHA-256 and length compared).
+  bool same_on_all_ranks(const std::string& s) const;
+  // If local_error is non-empty on any rank, every rank throws koptim::Error with the message
+  // "koptim: rank R: <message of rank R>" for the lowest failing rank R; otherwise returns.
+  void agree_on_error(const std::string& local_error) const;
+  // Consecutive ranks [g*n, (g+1)*n) form group g (n = group_size). Returns (the communicator of
+  // my group, size n; the communicator of the ranks at my position in every group, size
+  // size()/n). Both have this communicator's backend. ConfigError on every rank when n < 1,
+  // size() % n != 0, or the ranks pass different values.
+  std::pair<std::shared_ptr<Communicator>, std::shared_ptr<Communicator>> split_groups(int group_size) const;
+
+  // Whether the MPI data plane hands device pointers straight to MPI (CUDA-aware MPI detected
+  // with MPIX_Query_cuda_support) instead of staging through host mirrors. Always false for
+  // host memory spaces, where no staging is needed.
+  bool mpi_is_cuda_aware() const { return cuda_aware_; }
+
+ protected:
+  // Owns an MPI communicator; frees it unless MPI is already finalized.
+  class CommHandle {
+   public:
+    explicit CommHandle(MPI_Comm c = MPI_COMM_NULL) : comm_(c) {}
+    ~CommHandle();
+    CommHandle(const CommHandle&)            = delete;
+    CommHandle& operator=(const CommHandle&) = delete;
+    MPI_Comm get() const { return comm_; }
+
+   private:
+    MPI_Comm comm_;
+  };
+
+  // Takes ownership of dup (already duplicated).
+  Communicator(MPI_Comm dup, Backend backend);
+
+  // The argument agreement of the data plane: every rank passes its element count and its own
+  // argument error (empty if none); throws ShapeError on every rank if any rank has an error or
+  // the counts differ. what names the call ("all_gather").
+  void agree_on_arguments(const char* what, long long count, const std::string& local_error) const;
+
+ private:
+  CommHandle comm_;
+  Backend backend_;
+  int rank_        = 0;
+  int size_        = 1;
+  bool cuda_aware_ = false;
+};
+
+}  // namespace comm
+
+// Helpers live in koptim::Impl (not koptim::comm::Impl, which would hide koptim::Impl from code in
+// koptim::comm).
+namespace Impl {
+
+// SHA-256 of bytes (FIPS 180-4); used by same_on_all_ranks.
+std::array<std::uint8_t, 32> sha256(const std::string& bytes);
+
+// Whether the MPI library reports CUDA-aware support at run time (false where it cannot tell).
+bool mpi_reports_cuda_support();
+
+// The NCCL backend, defined in src/comm/koptim_NcclCommunicator.cpp (compiled only when koptim
+// is built with NCCL). Takes ownership of dup. Collective over dup.
+std::shared_ptr<comm::Communicator> make_nccl_communicator(MPI_Comm dup);
+
+}  // namespace Impl
+}  // namespace koptim
+
+#endif

@@ -1,0 +1,371 @@
+// The Communicator base (ownership of the duplicated MPI communicator, the host control plane)
+// and the MPI backend of the data plane.
+#include <koptim/comm/koptim_Communicator.hpp>
+#include <koptim/core/koptim_Profiling.hpp>
+
+#include <koptim_config.hpp>
+
+#if __has_include(<mpi-ext.h>)
+#include <mpi-ext.h>  // Open MPI's MPIX_Query_cuda_support
+#endif
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <vector>
+
+namespace koptim {
+namespace comm {
+
+const char* to_string(Backend b) { return b == Backend::nccl ? "nccl" : "mpi"; }
+
+namespace {
+
+// MPI errors are fatal by default (MPI_ERRORS_ARE_FATAL on the duplicate too), so a failing
+// call aborts the job with MPI's own message; the checks here catch what MPI would not say well.
+void check_mpi(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  throw Error(std::string("koptim: ") + what + " failed: " + std::string(text, static_cast<std::size_t>(len)));
+}
+
+template <class T>
+MPI_Datatype mpi_type();
+template <>
+MPI_Datatype mpi_type<float>() {
+  return MPI_FLOAT;
+}
+template <>
+MPI_Datatype mpi_type<double>() {
+  return MPI_DOUBLE;
+}
+template <>
+MPI_Datatype mpi_type<std::uint16_t>() {
+  return MPI_UINT16_T;
+}
+
+constexpr bool host_accessible = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible;
+
+template <class View>
+std::string contiguity_error(const char* call, const char* arg, const View& v) {
+  if (v.span_is_contiguous() && v.span() == v.size()) return {};
+  std::ostringstream s;
+  s << "koptim::comm::Communicator::" << call << ": " << arg << " (View '" << v.label() << "', " << v.size()
+    << " elements) is not contiguous; the data plane needs contiguous Views";
+  return s.str();
+}
+
+// The MPI data plane. Host memory (and device memory under CUDA-aware MPI) goes to MPI as it is;
+// otherwise it is staged through host copies, because a non-CUDA-aware MPI would read a device
+// pointer as a host address.
+class MpiCommunicator final : public Communicator {
+ public:
+  explicit MpiCommunicator(MPI_Comm dup) : Communicator(dup, Backend::mpi) {}
+
+  void all_reduce_sum(const Kokkos::View<float*, MemorySpace>& data) const override { reduce(data); }
+  void all_reduce_sum(const Kokkos::View<double*, MemorySpace>& data) const override { reduce(data); }
+  void all_gather(const Kokkos::View<const float*, MemorySpace>& send,
+                  const Kokkos::View<float*, MemorySpace>& recv) const override {
+    gather(send, recv);
+  }
+  void all_gather(const Kokkos::View<const double*, MemorySpace>& send,
+                  const Kokkos::View<double*, MemorySpace>& recv) const override {
+    gather(send, recv);
+  }
+  void all_gather(const Kokkos::View<const std::uint16_t*, MemorySpace>& send,
+                  const Kokkos::View<std::uint16_t*, MemorySpace>& recv) const override {
+    gather(send, recv);
+  }
+
+ private:
+  bool direct() const { return host_accessible || mpi_is_cuda_aware(); }
+
+  template <class T>
+  void reduce(const Kokkos::View<T*, MemorySpace>& data) const {
+    Impl::ScopedRegion region("koptim::comm::Communicator::all_reduce_sum");
+    agree_on_arguments("all_reduce_sum", static_cast<long long>(data.extent(0)),
+                       contiguity_error("all_reduce_sum", "data", data));
+    const std::size_t n = data.extent(0);
+    if (n == 0) return;
+    // The kernels that produced data may still be running.
+    ExecutionSpace().fence();
+    if (direct()) {
+      reduce_raw(data.data(), n);
+    } else {
+      Kokkos::View<T*, Kokkos::HostSpace> host("koptim::comm::all_reduce_sum staging", n);
+      Kokkos::deep_copy(host, data);
+      reduce_raw(host.data(), n);
+      Kokkos::deep_copy(data, host);
+    }
+  }
+
+  // MPI counts are int: longer buffers go in pieces of 2^30 elements.
+  template <class T>
+  void reduce_raw(T* p, std::size_t n) const {
+    constexpr std::size_t piece = std::size_t(1) << 30;
+    for (std::size_t off = 0; off < n; off += piece) {
+      const int c = static_cast<int>(std::min(piece, n - off));
+      check_mpi(MPI_Allreduce(MPI_IN_PLACE, p + off, c, mpi_type<T>(), MPI_SUM, mpi_comm()), "MPI_Allreduce");
+    }
+  }
+
+  template <class T>
+  void gather(const Kokkos::View<const T*, MemorySpace>& send, const Kokkos::View<T*, MemorySpace>& recv) const {
+    Impl::ScopedRegion region("koptim::comm::Communicator::all_gather");
+    const std::size_t count = send.extent(0);
+    const std::size_t p     = static_cast<std::size_t>(size());
+    std::string err         = contiguity_error("all_gather", "send", send);
+    if (err.empty()) err = contiguity_error("all_gather", "recv", recv);
+    const bool in_place = count > 0 && send.data() == recv.data() + static_cast<std::size_t>(rank()) * count;
+    if (err.empty() && recv.extent(0) != p * count) {
+      std::ostringstream s;
+      s << "koptim::comm::Communicator::all_gather: recv (View '" << recv.label() << "') has " << recv.extent(0)
+        << " elements; it needs size() * count = " << p << " * " << count << " = " << p * count;
+      err = s.str();
+    }
+    if (err.empty() && count > static_cast<std::size_t>(INT_MAX)) {
+      std::ostringstream s;
+      s << "koptim::comm::Communicator::all_gather: count = " << count << " elements is more than MPI's limit "
+        << INT_MAX << " per rank; gather in pieces";
+      err = s.str();
+    }
+    if (err.empty() && count > 0 && !in_place) {
+      const T* s0 = send.data();
+      const T* r0 = recv.data();
+      if (s0 < r0 + p * count && r0 < s0 + count) {
+        err =
+            "koptim::comm::Communicator::all_gather: send overlaps recv but is not rank()'s block of it; send must be "
+            "separate memory or exactly recv's block at rank() * count";
+      }
+    }
+    agree_on_arguments("all_gather", static_cast<long long>(count), err);
+    if (count == 0) return;
+    ExecutionSpace().fence();
+    const int c = static_cast<int>(count);
+    if (direct()) {
+      check_mpi(MPI_Allgather(in_place ? MPI_IN_PLACE : send.data(), c, mpi_type<T>(), recv.data(), c, mpi_type<T>(),
+                              mpi_comm()),
+                "MPI_Allgather");
+    } else {
+      Kokkos::View<T*, Kokkos::HostSpace> host_recv("koptim::comm::all_gather staging", p * count);
+      auto mine = Kokkos::subview(host_recv, std::make_pair(static_cast<std::size_t>(rank()) * count,
+                                                            static_cast<std::size_t>(rank() + 1) * count));
+      Kokkos::deep_copy(mine, send);
+      check_mpi(MPI_Allgather(MPI_IN_PLACE, c, mpi_type<T>(), host_recv.data(), c, mpi_type<T>(), mpi_comm()),
+                "MPI_Allgather");
+      Kokkos::deep_copy(recv, host_recv);
+    }
+  }
+};
+
+}  // namespace
+
+// --- ownership ------------------------------------------------------------------------------
+
+Communicator::CommHandle::~CommHandle() {
+  if (comm_ == MPI_COMM_NULL) return;
+  // A communicator that outlives MPI_Finalize (a static, a leaked shared_ptr) cannot be freed.
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Comm_free(&comm_);
+}
+
+Communicator::Communicator(MPI_Comm dup, Backend backend) : comm_(dup), backend_(backend) {
+  MPI_Comm_rank(dup, &rank_);
+  MPI_Comm_size(dup, &size_);
+  // Ranks of one job run the same MPI library, so this flag is the same on every rank.
+  cuda_aware_ = !host_accessible && Impl::mpi_reports_cuda_support();
+}
+
+Communicator::~Communicator() = default;
+
+std::shared_ptr<Communicator> Communicator::create(MPI_Comm comm, Backend backend) {
+  Impl::ScopedRegion region("koptim::comm::Communicator::create");
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized)
+    throw ConfigError("koptim::comm::Communicator::create: MPI is not initialized; call MPI_Init first");
+  if (comm == MPI_COMM_NULL) throw ConfigError("koptim::comm::Communicator::create: the communicator is MPI_COMM_NULL");
+  if (backend == Backend::nccl && !KOPTIM_ENABLE_NCCL) {
+    throw ConfigError(
+        "koptim::comm::Communicator::create: backend = nccl is not available: koptim was built without NCCL "
+        "(configure with -Dkoptim_ENABLE_NCCL=ON, a CUDA Kokkos and NCCL_ROOT); allowed here: mpi");
+  }
+  MPI_Comm dup = MPI_COMM_NULL;
+  check_mpi(MPI_Comm_dup(comm, &dup), "MPI_Comm_dup");
+#if KOPTIM_ENABLE_NCCL
+  if (backend == Backend::nccl) return Impl::make_nccl_communicator(dup);
+#endif
+  return std::make_shared<MpiCommunicator>(dup);
+}
+
+// --- host control plane ---------------------------------------------------------------------
+
+namespace {
+long long all_reduce_ll(MPI_Comm comm, long long v, MPI_Op op) {
+  long long r = 0;
+  check_mpi(MPI_Allreduce(&v, &r, 1, MPI_LONG_LONG, op, comm), "MPI_Allreduce");
+  return r;
+}
+}  // namespace
+
+long long Communicator::max(long long v) const {
+  Impl::ScopedRegion region("koptim::comm::Communicator::max");
+  return all_reduce_ll(mpi_comm(), v, MPI_MAX);
+}
+
+long long Communicator::min(long long v) const {
+  Impl::ScopedRegion region("koptim::comm::Communicator::min");
+  return all_reduce_ll(mpi_comm(), v, MPI_MIN);
+}
+
+long long Communicator::sum(long long v) const {
+  Impl::ScopedRegion region("koptim::comm::Communicator::sum");
+  return all_reduce_ll(mpi_comm(), v, MPI_SUM);
+}
+
+bool Communicator::same_on_all_ranks(const std::string& s) const {
+  Impl::ScopedRegion region("koptim::comm::Communicator::same_on_all_ranks");
+  // Words w and ~w under one bitwise AND: every rank has the same w exactly when
+  // AND(w) == ~AND(~w) (= OR(w)), so one collective compares digest and length.
+  const auto digest = Impl::sha256(s);
+  std::uint64_t words[5];
+  std::memcpy(words, digest.data(), 32);
+  words[4] = static_cast<std::uint64_t>(s.size());
+  std::uint64_t both[10], reduced[10];
+  for (int i = 0; i < 5; ++i) both[i] = words[i], both[5 + i] = ~words[i];
+  check_mpi(MPI_Allreduce(both, reduced, 10, MPI_UINT64_T, MPI_BAND, mpi_comm()), "MPI_Allreduce");
+  for (int i = 0; i < 5; ++i)
+    if (reduced[i] != ~reduced[5 + i]) return false;
+  return true;
+}
+
+namespace {
+
+// The lowest rank with a non-empty local message, or -1; and that rank's message, on every rank.
+std::pair<int, std::string> lowest_failing(MPI_Comm comm, int rank, int size, const std::string& local) {
+  int mine = local.empty() ? size : rank, lowest = size;
+  check_mpi(MPI_Allreduce(&mine, &lowest, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce");
+  if (lowest == size) return {-1, {}};
+  long long len = static_cast<long long>(local.size());
+  check_mpi(MPI_Bcast(&len, 1, MPI_LONG_LONG, lowest, comm), "MPI_Bcast");
+  std::string message = rank == lowest ? local : std::string(static_cast<std::size_t>(len), '\0');
+  if (len > 0) check_mpi(MPI_Bcast(&message[0], static_cast<int>(len), MPI_CHAR, lowest, comm), "MPI_Bcast");
+  return {lowest, message};
+}
+
+}  // namespace
+
+void Communicator::agree_on_error(const std::string& local_error) const {
+  Impl::ScopedRegion region("koptim::comm::Communicator::agree_on_error");
+  const auto failed = lowest_failing(mpi_comm(), rank(), size(), local_error);
+  if (failed.first >= 0) throw Error("koptim: rank " + std::to_string(failed.first) + ": " + failed.second);
+}
+
+void Communicator::agree_on_arguments(const char* what, long long count, const std::string& local_error) const {
+  // One collective on the good path: the maximum of (a failure flag, count, -count).
+  long long v[3] = {local_error.empty() ? 0 : 1, count, -count}, r[3] = {0, 0, 0};
+  check_mpi(MPI_Allreduce(v, r, 3, MPI_LONG_LONG, MPI_MAX, mpi_comm()), "MPI_Allreduce");
+  if (r[1] != -r[2]) {
+    std::ostringstream s;
+    s << "koptim::comm::Communicator::" << what << ": the ranks pass different element counts (from " << -r[2] << " to "
+      << r[1] << "); every rank must pass the same count";
+    throw ShapeError(s.str());
+  }
+  if (r[0] != 0) {
+    const auto failed = lowest_failing(mpi_comm(), rank(), size(), local_error);
+    throw ShapeError("koptim: rank " + std::to_string(failed.first) + ": " + failed.second);
+  }
+}
+
+std::pair<std::shared_ptr<Communicator>, std::shared_ptr<Communicator>> Communicator::split_groups(
+    int group_size) const {
+  Impl::ScopedRegion region("koptim::comm::Communicator::split_groups");
+  const long long lo = min(group_size), hi = max(group_size);
+  if (lo != hi) {
+    std::ostringstream s;
+    s << "koptim::comm::Communicator::split_groups: the ranks pass different num_trainers_per_group (from " << lo
+      << " to " << hi << "); every rank must pass the same value";
+    throw ConfigError(s.str());
+  }
+  if (group_size < 1 || size() % group_size != 0) {
+    std::ostringstream s;
+    s << "koptim::comm::Communicator::split_groups: num_trainers_per_group = " << group_size << " is not allowed with "
+      << size() << " ranks; allowed: a divisor of the number of ranks (1 to " << size() << ")";
+    throw ConfigError(s.str());
+  }
+  auto split = [&](int color) {
+    MPI_Comm c = MPI_COMM_NULL;
+    check_mpi(MPI_Comm_split(mpi_comm(), color, rank(), &c), "MPI_Comm_split");
+    CommHandle owned(c);  // create() duplicates it; this one is freed here
+    return create(c, backend());
+  };
+  auto group  = split(rank() / group_size);
+  auto across = split(rank() % group_size);
+  return {group, across};
+}
+
+}  // namespace comm
+
+namespace Impl {
+
+bool mpi_reports_cuda_support() {
+  // An override for MPIs without a query (Cray MPICH, MVAPICH2): KOPTIM_MPI_CUDA_AWARE=0/1.
+  if (const char* e = std::getenv("KOPTIM_MPI_CUDA_AWARE")) return std::strcmp(e, "0") != 0;
+#if defined(OMPI_HAVE_MPI_EXT_CUDA) && OMPI_HAVE_MPI_EXT_CUDA
+  return MPIX_Query_cuda_support() == 1;
+#else
+  return false;
+#endif
+}
+
+// FIPS 180-4 SHA-256, written out here to keep koptim free of a crypto dependency.
+std::array<std::uint8_t, 32> sha256(const std::string& bytes) {
+  static const std::uint32_t k[64] = {
+      0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+      0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+      0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+      0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+      0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+      0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+      0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+      0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
+  std::uint32_t h[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+  auto rotr          = [](std::uint32_t x, int n) { return (x >> n) | (x << (32 - n)); };
+  // The message, a 1 bit, zeros, and the bit length (big endian) fill whole 64-byte blocks.
+  std::vector<std::uint8_t> m(bytes.begin(), bytes.end());
+  const std::uint64_t bits = static_cast<std::uint64_t>(bytes.size()) * 8;
+  m.push_back(0x80);
+  while (m.size() % 64 != 56) m.push_back(0);
+  for (int i = 7; i >= 0; --i) m.push_back(static_cast<std::uint8_t>(bits >> (8 * i)));
+  for (std::size_t block = 0; block < m.size(); block += 64) {
+    std::uint32_t w[64];
+    for (int t = 0; t < 16; ++t) {
+      const std::uint8_t* b = &m[block + 4 * t];
+      w[t] = (std::uint32_t(b[0]) << 24) | (std::uint32_t(b[1]) << 16) | (std::uint32_t(b[2]) << 8) | b[3];
+    }
+    for (int t = 16; t < 64; ++t) {
+      const std::uint32_t s0 = rotr(w[t - 15], 7) ^ rotr(w[t - 15], 18) ^ (w[t - 15] >> 3);
+      const std::uint32_t s1 = rotr(w[t - 2], 17) ^ rotr(w[t - 2], 19) ^ (w[t - 2] >> 10);
+      w[t]                   = w[t - 16] + s0 + w[t - 7] + s1;
+    }
+    std::uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], f = h[5], g = h[6], hh = h[7];
+    for (int t = 0; t < 64; ++t) {
+      const std::uint32_t t1 = hh + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + k[t] + w[t];
+      const std::uint32_t t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+      hh = g, g = f, f = e, e = d + t1, d = c, c = b, b = a, a = t1 + t2;
+    }
+    h[0] += a, h[1] += b, h[2] += c, h[3] += d, h[4] += e, h[5] += f, h[6] += g, h[7] += hh;
+  }
+  std::array<std::uint8_t, 32> out{};
+  for (int i = 0; i < 8; ++i)
+    for (int j = 0; j < 4; ++j) out[4 * i + j] = static_cast<std::uint8_t>(h[i] >> (24 - 8 * j));
+  return out;
+}
+
+}  // namespace Impl
+}  // namespace koptim

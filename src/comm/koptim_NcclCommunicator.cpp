@@ -1,0 +1,169 @@
+// The NCCL backend of the data plane: GPU ranks exchange device memory directly over NVLink /
+// InfiniBand, on the stream of Kokkos' CUDA execution space. The control plane stays on MPI
+// (the base class); MPI also carries the ncclUniqueId from rank 0 to the others.
+//
+// Compiled into koptim only when CMake finds NCCL and Kokkos has CUDA. A build without a CUDA
+// Kokkos compiles this file only as a check (the test koptim_nccl_compile); then the default
+// stream is used and the Views must hold device pointers (the test wraps cudaMalloc'ed memory).
+#include <koptim/comm/koptim_Communicator.hpp>
+#include <koptim/core/koptim_Profiling.hpp>
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <sstream>
+#include <type_traits>
+
+namespace koptim {
+namespace comm {
+namespace {
+
+void check_nccl(ncclResult_t rc, const char* what) {
+  if (rc == ncclSuccess) return;
+  throw Error(std::string("koptim: ") + what + " failed: " + ncclGetErrorString(rc));
+}
+
+void check_cuda(cudaError_t rc, const char* what) {
+  if (rc == cudaSuccess) return;
+  throw Error(std::string("koptim: ") + what + " failed: " + cudaGetErrorString(rc));
+}
+
+cudaStream_t kokkos_stream() {
+#ifdef KOKKOS_ENABLE_CUDA
+  if (std::is_same<ExecutionSpace, Kokkos::Cuda>::value) return Kokkos::Cuda().cuda_stream();
+#endif
+  return cudaStream_t{};  // the legacy default stream
+}
+
+template <class T>
+ncclDataType_t nccl_type();
+template <>
+ncclDataType_t nccl_type<float>() {
+  return ncclFloat32;
+}
+template <>
+ncclDataType_t nccl_type<double>() {
+  return ncclFloat64;
+}
+
+template <class View>
+std::string contiguity_error(const char* call, const char* arg, const View& v) {
+  if (v.span_is_contiguous() && v.span() == v.size()) return {};
+  std::ostringstream s;
+  s << "koptim::comm::Communicator::" << call << ": " << arg << " (View '" << v.label() << "', " << v.size()
+    << " elements) is not contiguous; the data plane needs contiguous Views";
+  return s.str();
+}
+
+// Owns an ncclComm_t.
+class NcclComm {
+ public:
+  NcclComm() = default;
+  ~NcclComm() {
+    if (comm_ != nullptr) ncclCommDestroy(comm_);
+  }
+  NcclComm(const NcclComm&)            = delete;
+  NcclComm& operator=(const NcclComm&) = delete;
+  ncclComm_t* out() { return &comm_; }
+  ncclComm_t get() const { return comm_; }
+
+ private:
+  ncclComm_t comm_ = nullptr;
+};
+
+class NcclCommunicator final : public Communicator {
+ public:
+  explicit NcclCommunicator(MPI_Comm dup) : Communicator(dup, Backend::nccl) {
+    // Rank 0 makes the id; a failure there must reach every rank before anyone blocks in
+    // ncclCommInitRank, so the id travels with an error message (empty when fine).
+    ncclUniqueId id{};
+    std::string error;
+    if (rank() == 0) {
+      const ncclResult_t rc = ncclGetUniqueId(&id);
+      if (rc != ncclSuccess) error = std::string("ncclGetUniqueId failed: ") + ncclGetErrorString(rc);
+    }
+    MPI_Bcast(&id, static_cast<int>(sizeof id), MPI_BYTE, 0, mpi_comm());
+    agree_on_error(error);
+    // NCCL uses the current CUDA device: the one Kokkos selected for this rank.
+    const ncclResult_t rc = ncclCommInitRank(comm_.out(), size(), id, rank());
+    agree_on_error(rc == ncclSuccess ? std::string()
+                                     : std::string("ncclCommInitRank failed: ") + ncclGetErrorString(rc));
+  }
+
+  void all_reduce_sum(const Kokkos::View<float*, MemorySpace>& data) const override { reduce(data); }
+  void all_reduce_sum(const Kokkos::View<double*, MemorySpace>& data) const override { reduce(data); }
+  void all_gather(const Kokkos::View<const float*, MemorySpace>& send,
+                  const Kokkos::View<float*, MemorySpace>& recv) const override {
+    gather(send, recv);
+  }
+  void all_gather(const Kokkos::View<const double*, MemorySpace>& send,
+                  const Kokkos::View<double*, MemorySpace>& recv) const override {
+    gather(send, recv);
+  }
+  void all_gather(const Kokkos::View<const std::uint16_t*, MemorySpace>& send,
+                  const Kokkos::View<std::uint16_t*, MemorySpace>& recv) const override {
+    gather(send, recv);
+  }
+
+ private:
+  template <class T>
+  void reduce(const Kokkos::View<T*, MemorySpace>& data) const {
+    Impl::ScopedRegion region("koptim::comm::Communicator::all_reduce_sum");
+    agree_on_arguments("all_reduce_sum", static_cast<long long>(data.extent(0)),
+                       contiguity_error("all_reduce_sum", "data", data));
+    if (data.extent(0) == 0) return;
+    // Kernels on other Kokkos instances may have produced data; NCCL runs on Kokkos' stream.
+    ExecutionSpace().fence();
+    const cudaStream_t stream = kokkos_stream();
+    check_nccl(ncclAllReduce(data.data(), data.data(), data.extent(0), nccl_type<T>(), ncclSum, comm_.get(), stream),
+               "ncclAllReduce");
+    // Blocking, as the MPI backend: the caller may read data on any stream or on the host next.
+    check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  }
+
+  template <class T>
+  void gather(const Kokkos::View<const T*, MemorySpace>& send, const Kokkos::View<T*, MemorySpace>& recv) const {
+    Impl::ScopedRegion region("koptim::comm::Communicator::all_gather");
+    const std::size_t count = send.extent(0);
+    const std::size_t p     = static_cast<std::size_t>(size());
+    std::string err         = contiguity_error("all_gather", "send", send);
+    if (err.empty()) err = contiguity_error("all_gather", "recv", recv);
+    if (err.empty() && recv.extent(0) != p * count) {
+      std::ostringstream s;
+      s << "koptim::comm::Communicator::all_gather: recv (View '" << recv.label() << "') has " << recv.extent(0)
+        << " elements; it needs size() * count = " << p << " * " << count << " = " << p * count;
+      err = s.str();
+    }
+    const bool in_place = count > 0 && send.data() == recv.data() + static_cast<std::size_t>(rank()) * count;
+    if (err.empty() && count > 0 && !in_place && send.data() < recv.data() + p * count &&
+        recv.data() < send.data() + count) {
+      err =
+          "koptim::comm::Communicator::all_gather: send overlaps recv but is not rank()'s block of it; send must be "
+          "separate memory or exactly recv's block at rank() * count";
+    }
+    agree_on_arguments("all_gather", static_cast<long long>(count), err);
+    if (count == 0) return;
+    ExecutionSpace().fence();
+    const cudaStream_t stream = kokkos_stream();
+    // NCCL's in-place all-gather is exactly send == recv + rank * count, as here. Bytes for bf16:
+    // a gather only copies, and ncclUint8 exists in every NCCL version.
+    const std::size_t bytes = count * sizeof(T);
+    check_nccl(ncclAllGather(send.data(), recv.data(), bytes, ncclUint8, comm_.get(), stream), "ncclAllGather");
+    check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  }
+
+  NcclComm comm_;
+};
+
+}  // namespace
+}  // namespace comm
+
+namespace Impl {
+
+std::shared_ptr<comm::Communicator> make_nccl_communicator(MPI_Comm dup) {
+  ScopedRegion region("koptim::comm::Communicator::create(nccl)");
+  return std::make_shared<comm::NcclCommunicator>(dup);
+}
+
+}  // namespace Impl
+}  // namespace koptim

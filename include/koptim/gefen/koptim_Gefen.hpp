@@ -74,12 +74,12 @@ const char* to_string(GefenSecondMoment k);
 struct GefenTensorInfo {
   std::string name;
   std::vector<std::int64_t> shape;
-  std::int64_t size            = 0;
-  std::int64_t partition       = 0;  // p (elements sharing a second moment); 0 before the first step
-  std::int64_t blocks          = 0;  // n / p partition blocks
-  std::int64_t scale_block     = 0;  // elements per absmax
-  std::int64_t scale_blocks    = 0;
-  GefenSecondMoment second_moment = GefenSecondMoment::uninitialised;
+  std::int64_t size                 = 0;
+  std::int64_t partition            = 0;  // p (elements sharing a second moment); 0 before the first step
+  std::int64_t blocks               = 0;  // n / p partition blocks
+  std::int64_t scale_block          = 0;  // elements per absmax
+  std::int64_t scale_blocks         = 0;
+  GefenSecondMoment second_moment   = GefenSecondMoment::uninitialised;
   std::int64_t second_moment_values = 0;
   std::int64_t rows = 0, cols = 0;  // factored only
   std::size_t state_bytes = 0;      // indices + absmax + second moment of this tensor

@@ -1,0 +1,668 @@
+#include <koptim/core/koptim_Check.hpp>
+#include <koptim/core/koptim_Math.hpp>
+#include <koptim/core/koptim_Profiling.hpp>
+#include <koptim/diagonal/koptim_DiagonalMath.hpp>
+#include <koptim/gefen/koptim_Gefen.hpp>
+#include <koptim/gefen/koptim_GefenCodebook.hpp>
+#include <koptim/gefen/koptim_GefenPartition.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <iomanip>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+
+namespace koptim {
+
+const char* to_string(GefenSecondMoment k) {
+  switch (k) {
+    case GefenSecondMoment::uninitialised:
+      return "uninitialised";
+    case GefenSecondMoment::shared:
+      return "shared";
+    case GefenSecondMoment::factored:
+      return "factored";
+    case GefenSecondMoment::full:
+      return "full";
+  }
+  return "";
+}
+
+namespace {
+
+using gefen::codebook_size;
+constexpr int lookup_bins                    = 4096;
+constexpr std::int64_t max_scale_group       = 256;
+constexpr std::int64_t factored_min_elements = 4096;
+
+using Indices = Kokkos::View<std::uint8_t*, MemorySpace>;
+
+// Where a tensor's state lives and how big it is; a function of n, the shape, p and the options.
+struct Layout {
+  std::int64_t n = 0, p = 1, scale_block = 1, scale_blocks = 0, rows = 0, cols = 0, v_count = 0;
+  GefenSecondMoment kind = GefenSecondMoment::full;
+};
+
+std::int64_t largest_divisor_at_most(std::int64_t n, std::int64_t cap) {
+  for (std::int64_t d = std::min(n, cap); d > 1; --d)
+    if (n % d == 0) return d;
+  return 1;
+}
+
+Layout make_layout(const TensorRef& t, std::int64_t p, const GefenOptions& o) {
+  Layout L;
+  L.n = t.size;
+  L.p = p;
+  if (L.n == 0) return L;
+  if (p > 1) {
+    L.kind         = GefenSecondMoment::shared;
+    L.scale_block  = p;
+    L.scale_blocks = L.n / p;
+    L.v_count      = L.n / p;
+    return L;
+  }
+  L.scale_block  = largest_divisor_at_most(L.n, max_scale_group);
+  L.scale_blocks = L.n / L.scale_block;
+  // Extents in memory order (slowest first), without the dimensions of extent 1.
+  std::vector<std::int64_t> dims;
+  for (std::size_t r = 0; r < t.shape.size(); ++r) {
+    const std::int64_t e = t.layout_right ? t.shape[r] : t.shape[t.shape.size() - 1 - r];
+    if (e > 1) dims.push_back(e);
+  }
+  if (o.p1_second_moment == GefenP1SecondMoment::factored && L.n >= factored_min_elements && dims.size() >= 2) {
+    L.kind    = GefenSecondMoment::factored;
+    L.rows    = dims[0];
+    L.cols    = L.n / L.rows;
+    L.v_count = L.rows + L.cols;
+  } else {
+    L.kind    = GefenSecondMoment::full;
+    L.v_count = L.n;
+  }
+  return L;
+}
+
+struct TensorState {
+  Layout layout;
+  Indices idx;
+  Impl::Buffer absmax;
+  Impl::Buffer v;         // shared: n / p values; full: n values
+  Impl::Buffer row, col;  // factored: R (rows) and C (cols)
+
+  TensorState() = default;
+  TensorState(const std::string& name, ScalarType dtype, const Layout& L) : layout(L) {
+    idx    = Indices("koptim::Gefen::" + name + "/indices", L.n);
+    absmax = Impl::Buffer("koptim::Gefen::" + name + "/absmax", dtype, L.scale_blocks);
+    if (L.kind == GefenSecondMoment::factored) {
+      row = Impl::Buffer("koptim::Gefen::" + name + "/exp_avg_sq_row", dtype, L.rows);
+      col = Impl::Buffer("koptim::Gefen::" + name + "/exp_avg_sq_col", dtype, L.cols);
+    } else {
+      v = Impl::Buffer("koptim::Gefen::" + name + "/exp_avg_sq", dtype, L.v_count);
+    }
+  }
+  std::size_t bytes() const {
+    return static_cast<std::size_t>(layout.n) + absmax.bytes() + v.bytes() + row.bytes() + col.bytes();
+  }
+};
+
+// start[b] for the nearest-entry search: the largest k with c[k] <= -1 + 2 (b - 1) / lookup_bins
+// (0 for b = 0). The kernel's rounded bin of x can be one too high, never two, so c[start] <= x
+// and the nearest entry is at or above start; it is at most a few entries above, since entries
+// are at least one histogram bin (2 / 4096) apart except for repeated padding entries.
+std::vector<std::uint8_t> build_lookup(const std::vector<float>& c) {
+  std::vector<std::uint8_t> lut(lookup_bins, 0);
+  int k = 0;
+  for (int b = 1; b < lookup_bins; ++b) {
+    const double edge = -1.0 + 2.0 * static_cast<double>(b - 1) / lookup_bins;
+    while (k + 1 < codebook_size && static_cast<double>(c[k + 1]) <= edge) ++k;
+    lut[b] = static_cast<std::uint8_t>(k);
+  }
+  return lut;
+}
+
+}  // namespace
+
+struct Gefen::State {
+  bool initialised = false;
+  std::vector<float> codebook_host;
+  Kokkos::View<float*, MemorySpace> codebook;
+  Kokkos::View<std::uint8_t*, MemorySpace> lookup;
+  std::vector<TensorState> tensors;
+  Kokkos::View<double, MemorySpace> row_sum;  // workspace of the factored step (not state)
+
+  void set_codebook(const std::vector<float>& c) {
+    codebook_host = c;
+    codebook      = Kokkos::View<float*, MemorySpace>("koptim::Gefen::codebook", codebook_size);
+    lookup        = Kokkos::View<std::uint8_t*, MemorySpace>("koptim::Gefen::codebook_lookup", lookup_bins);
+    const std::vector<std::uint8_t> lut = build_lookup(c);
+    Kokkos::deep_copy(codebook, Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+                                    c.data(), codebook_size));
+    Kokkos::deep_copy(lookup,
+                      Kokkos::View<const std::uint8_t*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+                          lut.data(), lookup_bins));
+    row_sum     = Kokkos::View<double, MemorySpace>("koptim::Gefen::row_sum");
+    initialised = true;
+  }
+};
+
+namespace {
+
+template <class T>
+struct Scalars {
+  T b1, one_minus_b1, b2, one_minus_b2, neg_step_size, bc2_sqrt, eps, decay;
+  bool shrink;
+};
+
+template <class T>
+Scalars<T> make_scalars(const GefenOptions& o, std::int64_t t, double lr, double wd) {
+  // In double, then rounded once to T, as the Adam kernels do.
+  const double bc1 = 1.0 - std::pow(o.betas[0], static_cast<double>(t));
+  const double bc2 = 1.0 - std::pow(o.betas[1], static_cast<double>(t));
+  Scalars<T> s;
+  s.b1            = static_cast<T>(o.betas[0]);
+  s.one_minus_b1  = static_cast<T>(1.0 - o.betas[0]);
+  s.b2            = static_cast<T>(o.betas[1]);
+  s.one_minus_b2  = static_cast<T>(1.0 - o.betas[1]);
+  s.neg_step_size = static_cast<T>(-(lr / bc1));
+  s.bc2_sqrt      = static_cast<T>(std::sqrt(bc2));
+  s.eps           = static_cast<T>(o.eps);
+  s.decay         = static_cast<T>(1.0 - lr * wd);
+  s.shrink        = wd != 0.0;
+  return s;
+}
+
+// 3.3 step 3: the new first moment from the stored (dequantized) one.
+template <class T>
+KOKKOS_INLINE_FUNCTION T momentum(T entry, T absmax_old, T g, T b1, T one_minus_b1) {
+  return b1 * (entry * absmax_old) + one_minus_b1 * g;
+}
+
+// The index of the codebook entry nearest to m / absmax (ties to the lower entry, repeated
+// entries to their first copy); m / absmax is in [-1, 1] since absmax = max |m| of its block.
+template <class T, class Codebook, class Lookup>
+KOKKOS_INLINE_FUNCTION int quantize(T m, T absmax, const Codebook& c, const Lookup& lut) {
+  const T x = absmax > T(0) ? m / absmax : T(0);
+  int b     = static_cast<int>((x + T(1)) * T(lookup_bins / 2));
+  b         = b < lookup_bins ? b : lookup_bins - 1;
+  int k     = lut(b);
+  while (k + 1 < codebook_size && (static_cast<T>(c(k + 1)) - x) < (x - static_cast<T>(c(k)))) ++k;
+  while (k > 0 && c(k - 1) == c(k)) --k;
+  return k;
+}
+
+using TeamPolicy = Kokkos::TeamPolicy<ExecutionSpace>;
+using Member     = TeamPolicy::member_type;
+
+// p > 1: one team per partition block (which is also the scale block): the shared second
+// moment, the new absmax, then requantization and the parameter update, in one kernel.
+template <class T>
+void step_shared(const Parameter& p, TensorState& st, const Kokkos::View<float*, MemorySpace>& cb,
+                 const Kokkos::View<std::uint8_t*, MemorySpace>& lut, const Scalars<T>& s) {
+  const auto w         = p.param.flat<T>();
+  const auto g         = p.grad.flat<T>();
+  const auto idx       = st.idx;
+  const auto amax_v    = st.absmax.view<T>();
+  const auto v         = st.v.view<T>();
+  const std::int64_t P = st.layout.p;
+  const double dp      = static_cast<double>(P);
+  Kokkos::parallel_for(
+      "koptim::Gefen::step_shared", TeamPolicy(static_cast<int>(st.layout.scale_blocks), Kokkos::AUTO),
+      KOKKOS_LAMBDA(const Member& team) {
+        const std::int64_t b     = team.league_rank();
+        const std::int64_t begin = b * P;
+        // Read before the reductions, which every thread of the team must reach before the
+        // single write at the end: no thread reads these after they are overwritten.
+        const T old = amax_v(b);
+        const T vb0 = v(b);
+        double sum  = 0.0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, P),
+            [&](const std::int64_t k, double& acc) {
+              const double x = static_cast<double>(g(begin + k));
+              acc += x * x;
+            },
+            sum);
+        T amax = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, P),
+            [&](const std::int64_t k, T& m) {
+              const std::int64_t i = begin + k;
+              const T mi           = momentum(static_cast<T>(cb(idx(i))), old, g(i), s.b1, s.one_minus_b1);
+              m                    = Impl::max(m, Impl::abs(mi));
+            },
+            Kokkos::Max<T>(amax));
+        const T vb    = vb0 * s.b2 + s.one_minus_b2 * static_cast<T>(sum / dp);
+        const T denom = Impl::rms_denominator(vb, s.bc2_sqrt, s.eps);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, P), [&](const std::int64_t k) {
+          const std::int64_t i = begin + k;
+          const T mi           = momentum(static_cast<T>(cb(idx(i))), old, g(i), s.b1, s.one_minus_b1);
+          const int q          = quantize(mi, amax, cb, lut);
+          idx(i)               = static_cast<std::uint8_t>(q);
+          T wi                 = w(i);
+          if (s.shrink) wi = wi * s.decay;
+          w(i) = wi + (s.neg_step_size * (static_cast<T>(cb(q)) * amax)) / denom;
+        });
+        Kokkos::single(Kokkos::PerTeam(team), [&]() {
+          v(b)      = vb;
+          amax_v(b) = amax;
+        });
+      });
+}
+
+// Factored second moment: R and C from this step's gradient, and the sum of R, before the step.
+template <class T>
+void update_factors(const Parameter& p, TensorState& st, const Kokkos::View<double, MemorySpace>& row_sum,
+                    const Scalars<T>& s) {
+  const auto g            = p.grad.flat<T>();
+  const auto R            = st.row.view<T>();
+  const auto C            = st.col.view<T>();
+  const std::int64_t rows = st.layout.rows, cols = st.layout.cols;
+  const double drows = static_cast<double>(rows), dcols = static_cast<double>(cols);
+  Kokkos::parallel_for(
+      "koptim::Gefen::row_moments", TeamPolicy(static_cast<int>(rows), Kokkos::AUTO),
+      KOKKOS_LAMBDA(const Member& team) {
+        const std::int64_t r = team.league_rank();
+        double sum           = 0.0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, cols),
+            [&](const std::int64_t j, double& acc) {
+              const double x = static_cast<double>(g(r * cols + j));
+              acc += x * x;
+            },
+            sum);
+        Kokkos::single(Kokkos::PerTeam(team),
+                       [&]() { R(r) = R(r) * s.b2 + s.one_minus_b2 * static_cast<T>(sum / dcols); });
+      });
+  // One 64-byte run of columns per index, walked down the rows: a column per index would read
+  // one element per cache line on CPUs. Each column still sums its rows in order.
+  constexpr int chunk       = 16;
+  const std::int64_t chunks = (cols + chunk - 1) / chunk;
+  Kokkos::parallel_for(
+      "koptim::Gefen::col_moments", Kokkos::RangePolicy<ExecutionSpace>(0, chunks),
+      KOKKOS_LAMBDA(const std::int64_t q) {
+        const std::int64_t j0 = q * chunk;
+        const int width       = cols - j0 < chunk ? static_cast<int>(cols - j0) : chunk;
+        double sum[chunk]     = {};
+        for (std::int64_t r = 0; r < rows; ++r) {
+          for (int k = 0; k < width; ++k) {
+            const double x = static_cast<double>(g(r * cols + j0 + k));
+            sum[k] += x * x;
+          }
+        }
+        for (int k = 0; k < width; ++k) C(j0 + k) = C(j0 + k) * s.b2 + s.one_minus_b2 * static_cast<T>(sum[k] / drows);
+      });
+  Kokkos::parallel_reduce(
+      "koptim::Gefen::row_sum", Kokkos::RangePolicy<ExecutionSpace>(0, rows),
+      KOKKOS_LAMBDA(const std::int64_t r, double& acc) { acc += static_cast<double>(R(r)); }, row_sum);
+}
+
+// p = 1: one team per scale group; the second moment per element (full) or from the factors.
+template <class T>
+void step_unshared(const Parameter& p, TensorState& st, const Kokkos::View<float*, MemorySpace>& cb,
+                   const Kokkos::View<std::uint8_t*, MemorySpace>& lut,
+                   const Kokkos::View<double, MemorySpace>& row_sum, const Scalars<T>& s) {
+  const bool full = st.layout.kind == GefenSecondMoment::full;
+  if (!full) update_factors(p, st, row_sum, s);
+  const auto w            = p.param.flat<T>();
+  const auto g            = p.grad.flat<T>();
+  const auto idx          = st.idx;
+  const auto amax_v       = st.absmax.view<T>();
+  const auto v            = st.v.view<T>();
+  const auto R            = st.row.view<T>();
+  const auto C            = st.col.view<T>();
+  const std::int64_t S    = st.layout.scale_block;
+  const std::int64_t cols = st.layout.cols;
+  const double drows      = static_cast<double>(st.layout.rows);
+  Kokkos::parallel_for(
+      "koptim::Gefen::step_unshared", TeamPolicy(static_cast<int>(st.layout.scale_blocks), Kokkos::AUTO),
+      KOKKOS_LAMBDA(const Member& team) {
+        const std::int64_t a     = team.league_rank();
+        const std::int64_t begin = a * S;
+        const T old              = amax_v(a);
+        T amax                   = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, S),
+            [&](const std::int64_t k, T& m) {
+              const std::int64_t i = begin + k;
+              const T mi           = momentum(static_cast<T>(cb(idx(i))), old, g(i), s.b1, s.one_minus_b1);
+              m                    = Impl::max(m, Impl::abs(mi));
+            },
+            Kokkos::Max<T>(amax));
+        const double mean_row = full ? 0.0 : row_sum() / drows;
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, S), [&](const std::int64_t k) {
+          const std::int64_t i = begin + k;
+          const T gi           = g(i);
+          const T mi           = momentum(static_cast<T>(cb(idx(i))), old, gi, s.b1, s.one_minus_b1);
+          const int q          = quantize(mi, amax, cb, lut);
+          idx(i)               = static_cast<std::uint8_t>(q);
+          T vi;
+          if (full) {
+            vi   = Impl::ema_square(v(i), gi, s.b2, s.one_minus_b2);
+            v(i) = vi;
+          } else {
+            const std::int64_t r = i / cols;
+            vi                   = mean_row > 0.0
+                                       ? static_cast<T>(static_cast<double>(R(r)) * static_cast<double>(C(i - r * cols)) / mean_row)
+                                       : T(0);
+          }
+          T wi = w(i);
+          if (s.shrink) wi = wi * s.decay;
+          w(i) = wi + (s.neg_step_size * (static_cast<T>(cb(q)) * amax)) / Impl::rms_denominator(vi, s.bc2_sqrt, s.eps);
+        });
+        Kokkos::single(Kokkos::PerTeam(team), [&]() { amax_v(a) = amax; });
+      });
+}
+
+// Values of a state tensor as doubles (for validation).
+std::vector<double> values_of(const StateTensor& t) {
+  std::vector<double> out(static_cast<std::size_t>(t.size()));
+  if (t.dtype == ScalarType::float32) {
+    std::vector<float> f(out.size());
+    std::memcpy(f.data(), t.data.data(), f.size() * sizeof(float));
+    std::copy(f.begin(), f.end(), out.begin());
+  } else {
+    std::memcpy(out.data(), t.data.data(), out.size() * sizeof(double));
+  }
+  return out;
+}
+
+struct Expected {
+  ScalarType dtype;
+  std::vector<std::int64_t> shape;
+  enum Check { index, codebook, nonnegative } check;
+};
+
+}  // namespace
+
+Gefen::Gefen(ParameterSet params, CommonOptions common, GefenOptions options)
+    : Optimizer("Gefen", std::move(params), std::move(common)), options_(options), state_(std::make_unique<State>()) {
+  const double inf = std::numeric_limits<double>::infinity();
+  Impl::require_range(name(), "betas[0]", options_.betas[0], 0.0, 1.0, false, true);
+  Impl::require_range(name(), "betas[1]", options_.betas[1], 0.0, 1.0, false, true);
+  Impl::require_range(name(), "eps", options_.eps, 0.0, inf, true, true);
+}
+
+Gefen::~Gefen() = default;
+
+bool Gefen::initialised() const { return state_->initialised; }
+
+std::vector<float> Gefen::codebook() const { return state_->codebook_host; }
+
+std::size_t Gefen::state_bytes() const {
+  if (!state_->initialised) return 0;
+  std::size_t n = codebook_size * sizeof(float) + lookup_bins;
+  for (const auto& t : state_->tensors) n += t.bytes();
+  return n;
+}
+
+std::vector<GefenTensorInfo> Gefen::tensor_info() const {
+  std::vector<GefenTensorInfo> out;
+  const auto& ps = parameters();
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    GefenTensorInfo info;
+    info.name  = ps[i].name;
+    info.shape = ps[i].param.shape;
+    info.size  = ps[i].param.size;
+    if (state_->initialised) {
+      const TensorState& t      = state_->tensors[i];
+      const Layout& L           = t.layout;
+      info.partition            = L.p;
+      info.blocks               = L.n / L.p;
+      info.scale_block          = L.scale_block;
+      info.scale_blocks         = L.scale_blocks;
+      info.second_moment        = L.kind;
+      info.second_moment_values = L.v_count;
+      info.rows                 = L.rows;
+      info.cols                 = L.cols;
+      info.state_bytes          = t.bytes();
+    }
+    out.push_back(info);
+  }
+  return out;
+}
+
+std::string Gefen::summary() const {
+  const auto infos = tensor_info();
+  std::ostringstream s;
+  const std::int64_t n = parameters().num_elements();
+  s << "Gefen: " << infos.size() << " tensors, " << n << " parameters";
+  if (!state_->initialised) {
+    s << "; not initialised yet (the first step chooses the partitions and learns the codebook)\n";
+    return s.str();
+  }
+  const std::size_t bytes = state_bytes();
+  s << ", state " << bytes << " bytes = " << std::fixed << std::setprecision(3)
+    << (n > 0 ? static_cast<double>(bytes) / static_cast<double>(n) : 0.0) << " bytes/parameter (codebook and lookup "
+    << codebook_size * sizeof(float) + lookup_bins << ")\n";
+  std::size_t wname = 6;
+  for (const auto& i : infos) wname = std::max(wname, i.name.size());
+  s << std::left << std::setw(static_cast<int>(wname)) << "tensor" << std::right << std::setw(22) << "shape"
+    << std::setw(9) << "p" << std::setw(10) << "blocks" << std::setw(12) << "scale_block" << std::setw(10) << "2nd_mom"
+    << std::setw(12) << "bytes" << std::setw(10) << "B/param"
+    << "\n";
+  for (const auto& i : infos) {
+    s << std::left << std::setw(static_cast<int>(wname)) << i.name << std::right << std::setw(22)
+      << shape_string(i.shape) << std::setw(9) << i.partition << std::setw(10) << i.blocks << std::setw(12)
+      << i.scale_block << std::setw(10) << to_string(i.second_moment) << std::setw(12) << i.state_bytes << std::setw(10)
+      << std::setprecision(3) << (i.size > 0 ? static_cast<double>(i.state_bytes) / static_cast<double>(i.size) : 0.0)
+      << "\n";
+  }
+  return s.str();
+}
+
+void Gefen::initialise() {
+  Impl::ScopedRegion region("koptim::Gefen::initialise");
+  const auto& ps = parameters();
+  // Everything is built on the side and swapped in at the end: a throw changes nothing.
+  auto fresh = std::make_unique<State>();
+  std::vector<Layout> layouts;
+  for (const auto& p : ps.parameters()) {
+    std::int64_t part = 1;
+    if (!options_.force_p1 && p.grad.size > 0) {
+      part = dispatch(p.grad.dtype, [&](auto zero) {
+        using T      = decltype(zero);
+        const auto g = p.grad.flat<T>();
+        return options_.partition_rule == GefenPartitionRule::neighbour_contrast
+                   ? gefen::choose_partition(g)
+                   : gefen::choose_partition_variance_drop(g);
+      });
+    }
+    layouts.push_back(make_layout(p.param, part, options_));
+  }
+  Kokkos::View<std::int64_t*, MemorySpace> counts("koptim::Gefen::histogram", gefen::histogram_bins);
+  std::int64_t total = 0;
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    const auto& p = ps[i];
+    if (p.grad.size == 0) continue;
+    dispatch(p.grad.dtype, [&](auto zero) {
+      using T = decltype(zero);
+      gefen::accumulate_histogram(p.grad.flat<T>(), layouts[i].scale_block, counts);
+    });
+    total += p.grad.size;
+  }
+  std::vector<float> cb(codebook_size);
+  if (total > 0) {
+    std::vector<std::int64_t> h(gefen::histogram_bins);
+    Kokkos::deep_copy(
+        Kokkos::View<std::int64_t*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(h.data(), h.size()),
+        counts);
+    const auto c = gefen::codebook_from_histogram<float>(h);
+    std::copy(c.begin(), c.end(), cb.begin());
+  } else {
+    // Only empty tensors: any valid codebook will do.
+    for (int k = 0; k < codebook_size; ++k) cb[k] = static_cast<float>(-1.0 + 2.0 * k / (codebook_size - 1));
+  }
+  for (std::size_t i = 0; i < ps.size(); ++i) fresh->tensors.emplace_back(ps[i].name, ps[i].param.dtype, layouts[i]);
+  fresh->set_codebook(cb);
+  state_ = std::move(fresh);
+}
+
+void Gefen::update(std::int64_t t, const std::vector<double>& lrs) {
+  if (!state_->initialised) initialise();
+  const auto& ps = parameters();
+  State& st      = *state_;
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    const auto& p   = ps[i];
+    TensorState& ts = st.tensors[i];
+    if (ts.layout.n == 0) continue;
+    dispatch(p.param.dtype, [&](auto zero) {
+      using T            = decltype(zero);
+      const auto scalars = make_scalars<T>(options_, t, lrs[p.group], weight_decay(p.group));
+      if (ts.layout.kind == GefenSecondMoment::shared) {
+        step_shared<T>(p, ts, st.codebook, st.lookup, scalars);
+      } else {
+        step_unshared<T>(p, ts, st.codebook, st.lookup, st.row_sum, scalars);
+      }
+    });
+  }
+}
+
+void Gefen::export_tensors(OptimizerState& state) const {
+  state.integers["initialised"] = state_->initialised ? 1 : 0;
+  if (!state_->initialised) return;
+  StateTensor c;
+  c.dtype = ScalarType::float32;
+  c.shape = {codebook_size};
+  c.data.resize(codebook_size * sizeof(float));
+  std::memcpy(c.data.data(), state_->codebook_host.data(), c.data.size());
+  state.tensors["codebook"] = std::move(c);
+  const auto& ps            = parameters();
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    const std::string& name             = ps[i].name;
+    const TensorState& t                = state_->tensors[i];
+    const Layout& L                     = t.layout;
+    state.integers[name + "/partition"] = L.p;
+    auto h                              = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), t.idx);
+    std::vector<float> f(static_cast<std::size_t>(L.n));
+    for (std::int64_t k = 0; k < L.n; ++k) f[k] = static_cast<float>(h(k));
+    StateTensor ix;
+    ix.dtype = ScalarType::float32;
+    ix.shape = ps[i].param.shape;
+    ix.data.resize(f.size() * sizeof(float));
+    if (!f.empty()) std::memcpy(ix.data.data(), f.data(), ix.data.size());
+    state.tensors[name + "/indices"] = std::move(ix);
+    state.tensors[name + "/absmax"]  = t.absmax.to_state({L.scale_blocks});
+    if (L.kind == GefenSecondMoment::factored) {
+      state.tensors[name + "/exp_avg_sq_row"] = t.row.to_state({L.rows});
+      state.tensors[name + "/exp_avg_sq_col"] = t.col.to_state({L.cols});
+    } else {
+      state.tensors[name + "/exp_avg_sq"] =
+          t.v.to_state(L.kind == GefenSecondMoment::full ? ps[i].param.shape : std::vector<std::int64_t>{L.v_count});
+    }
+  }
+}
+
+void Gefen::check_tensors(const OptimizerState& state) const {
+  const std::string where = "koptim::Gefen::import_state: ";
+  auto fail               = [&](const std::string& what) { throw StateError(where + what); };
+  auto it                 = state.integers.find("initialised");
+  if (it == state.integers.end()) fail("the state has no integer 'initialised'");
+  if (it->second != 0 && it->second != 1)
+    fail("integer 'initialised' = " + std::to_string(it->second) + " is not allowed; allowed: 0 or 1");
+  const bool init = it->second == 1;
+  std::set<std::string> integers{"step", "skipped_steps", "initialised"};
+  std::map<std::string, Expected> expected;
+  const auto& ps = parameters();
+  if (init) {
+    expected["codebook"] = {ScalarType::float32, {codebook_size}, Expected::codebook};
+    for (std::size_t i = 0; i < ps.size(); ++i) {
+      const auto& p         = ps[i];
+      const std::string key = p.name + "/partition";
+      auto pit              = state.integers.find(key);
+      if (pit == state.integers.end()) fail("the state has no integer '" + key + "'");
+      const std::int64_t part = pit->second, n = p.param.size;
+      if (part < 1 || (n > 0 && (part > n || n % part != 0)) || (n == 0 && part != 1)) {
+        fail("integer '" + key + "' = " + std::to_string(part) + " is not allowed; allowed: a divisor of the " +
+             std::to_string(n) + " elements of parameter '" + p.name + "'");
+      }
+      integers.insert(key);
+      const Layout L                = make_layout(p.param, part, options_);
+      const ScalarType T            = p.param.dtype;
+      expected[p.name + "/indices"] = {ScalarType::float32, p.param.shape, Expected::index};
+      expected[p.name + "/absmax"]  = {T, {L.scale_blocks}, Expected::nonnegative};
+      if (L.kind == GefenSecondMoment::factored) {
+        expected[p.name + "/exp_avg_sq_row"] = {T, {L.rows}, Expected::nonnegative};
+        expected[p.name + "/exp_avg_sq_col"] = {T, {L.cols}, Expected::nonnegative};
+      } else {
+        expected[p.name + "/exp_avg_sq"] = {
+            T, L.kind == GefenSecondMoment::full ? p.param.shape : std::vector<std::int64_t>{L.v_count},
+            Expected::nonnegative};
+      }
+    }
+  }
+  for (const auto& kv : state.integers)
+    if (!integers.count(kv.first))
+      fail("the state has integer '" + kv.first + "', which this optimizer does not hold" +
+           (init ? "" : " (the state is not initialised)"));
+  if (!state.reals.empty()) fail("the state has real '" + state.reals.begin()->first + "'; Gefen holds no reals");
+  for (const auto& kv : state.tensors)
+    if (!expected.count(kv.first))
+      fail("the state has tensor '" + kv.first + "', which belongs to no parameter and slot of this optimizer" +
+           (init ? " with these partitions and options" : " (the state is not initialised)"));
+  for (const auto& e : expected) {
+    const std::string& key = e.first;
+    auto tit               = state.tensors.find(key);
+    if (tit == state.tensors.end()) fail("the state has no tensor '" + key + "'");
+    const StateTensor& t = tit->second;
+    if (t.dtype != e.second.dtype)
+      fail("state tensor '" + key + "' has scalar type " + to_string(t.dtype) + ", expected " +
+           to_string(e.second.dtype));
+    std::int64_t n = 1;
+    for (auto d : e.second.shape) n *= d;
+    if (t.shape != e.second.shape || t.data.size() != static_cast<std::size_t>(n) * size_of(t.dtype)) {
+      fail("state tensor '" + key + "' has shape " + shape_string(t.shape) + " (" + std::to_string(t.data.size()) +
+           " bytes), expected " + shape_string(e.second.shape));
+    }
+    const std::vector<double> x = values_of(t);
+    for (std::size_t k = 0; k < x.size(); ++k) {
+      // is_finite first: ordered comparisons on NaN would raise FE_INVALID.
+      const double y = x[k];
+      bool ok        = Impl::is_finite(y);
+      if (ok && e.second.check == Expected::index) ok = y >= 0.0 && y <= 255.0 && y == std::floor(y);
+      if (ok && e.second.check == Expected::nonnegative) ok = y >= 0.0;
+      if (ok && e.second.check == Expected::codebook) {
+        ok = y >= -1.0 && y <= 1.0 && (k == 0 ? y == -1.0 : y >= x[k - 1]) && (k + 1 < x.size() || y == 1.0);
+      }
+      if (!ok) {
+        std::ostringstream s;
+        s << "state tensor '" << key << "' has value " << y << " at flat index " << k << "; allowed: "
+          << (e.second.check == Expected::index      ? "integers 0 to 255"
+              : e.second.check == Expected::codebook ? "ascending values in [-1, 1], -1 first and +1 last"
+                                                     : "finite values >= 0");
+        fail(s.str());
+      }
+    }
+  }
+}
+
+void Gefen::import_tensors(const OptimizerState& state) {
+  if (state.integers.at("initialised") == 0) {
+    state_ = std::make_unique<State>();
+    return;
+  }
+  auto fresh     = std::make_unique<State>();
+  const auto& ps = parameters();
+  for (const auto& p : ps.parameters()) {
+    const Layout L = make_layout(p.param, state.integers.at(p.name + "/partition"), options_);
+    fresh->tensors.emplace_back(p.name, p.param.dtype, L);
+    TensorState& t = fresh->tensors.back();
+    const auto f   = values_of(state.tensors.at(p.name + "/indices"));
+    auto h         = Kokkos::create_mirror_view(t.idx);
+    for (std::int64_t k = 0; k < L.n; ++k) h(k) = static_cast<std::uint8_t>(f[k]);
+    Kokkos::deep_copy(t.idx, h);
+    t.absmax.assign(state.tensors.at(p.name + "/absmax"));
+    if (L.kind == GefenSecondMoment::factored) {
+      t.row.assign(state.tensors.at(p.name + "/exp_avg_sq_row"));
+      t.col.assign(state.tensors.at(p.name + "/exp_avg_sq_col"));
+    } else {
+      t.v.assign(state.tensors.at(p.name + "/exp_avg_sq"));
+    }
+  }
+  const auto c = values_of(state.tensors.at("codebook"));
+  fresh->set_codebook(std::vector<float>(c.begin(), c.end()));
+  state_ = std::move(fresh);
+}
+
+}  // namespace koptim

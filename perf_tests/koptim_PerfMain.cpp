@@ -1,25 +1,54 @@
 // The main of koptim's Google Benchmark programs: MPI and Kokkos around the benchmarks, and the
 // Kokkos configuration recorded in the JSON context so a result says what it was measured on.
+// Under mpiexec every rank runs the same benchmarks (they must use fixed iteration counts where
+// they communicate); only rank 0 reports and writes --benchmark_out.
 #include <koptim/koptim.hpp>
 
 #include <benchmark/benchmark.h>
 #include <mpi.h>
 
+#include <algorithm>
+#include <cstring>
 #include <sstream>
 #include <thread>
+#include <vector>
+
+namespace {
+class SilentReporter : public benchmark::BenchmarkReporter {
+ public:
+  bool ReportContext(const Context&) override { return true; }
+  void ReportRuns(const std::vector<Run>&) override {}
+};
+}  // namespace
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
   Kokkos::initialize(argc, argv);
   {
-    benchmark::Initialize(&argc, argv);
+    std::vector<char*> args(argv, argv + argc);
+    if (rank != 0) {
+      args.erase(std::remove_if(args.begin() + 1, args.end(),
+                                [](char* a) { return std::strncmp(a, "--benchmark_out", 15) == 0; }),
+                 args.end());
+    }
+    int n = static_cast<int>(args.size());
+    benchmark::Initialize(&n, args.data());
     benchmark::AddCustomContext("koptim_version", KOPTIM_VERSION_STRING);
     benchmark::AddCustomContext("koptim_git_hash", KOPTIM_GIT_HASH);
     benchmark::AddCustomContext("kokkos_version", std::to_string(KOKKOS_VERSION));
     benchmark::AddCustomContext("kokkos_execution_space", Kokkos::DefaultExecutionSpace::name());
     benchmark::AddCustomContext("kokkos_concurrency", std::to_string(Kokkos::DefaultExecutionSpace().concurrency()));
     benchmark::AddCustomContext("hardware_threads", std::to_string(std::thread::hardware_concurrency()));
-    benchmark::RunSpecifiedBenchmarks();
+    benchmark::AddCustomContext("mpi_ranks", std::to_string(size));
+    if (rank == 0) {
+      benchmark::RunSpecifiedBenchmarks();
+    } else {
+      SilentReporter silent;
+      benchmark::RunSpecifiedBenchmarks(&silent);
+    }
     benchmark::Shutdown();
   }
   Kokkos::finalize();

@@ -14,6 +14,9 @@
 #include <koptim/diagonal/koptim_RMSProp.hpp>
 #include <koptim/diagonal/koptim_Adam.hpp>
 #include <koptim/shampoo/koptim_Shampoo.hpp>
+#include <koptim/gefen/koptim_Gefen.hpp>
+#include <koptim/comm/koptim_Communicator.hpp>
+#include <koptim/comm/koptim_GradientAllReduce.hpp>
 #include <koptim/config/koptim_Factory.hpp>
 
 #endif

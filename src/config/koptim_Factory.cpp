@@ -1,10 +1,12 @@
 #include <koptim/config/koptim_Factory.hpp>
+#include <koptim/comm/koptim_Communicator.hpp>
 #include <koptim/config/koptim_Validators.hpp>
 #include <koptim/core/koptim_Profiling.hpp>
 #include <koptim/diagonal/koptim_AdaGrad.hpp>
 #include <koptim/diagonal/koptim_Adam.hpp>
 #include <koptim/diagonal/koptim_RMSProp.hpp>
 #include <koptim/diagonal/koptim_SGD.hpp>
+#include <koptim/gefen/koptim_Gefen.hpp>
 #include <koptim/shampoo/koptim_Shampoo.hpp>
 
 #include <Teuchos_XMLParameterListCoreHelpers.hpp>
@@ -33,7 +35,10 @@ struct Entry {
   std::string summary;
   std::function<void(ParameterList&)> add_keys;
   std::vector<std::string> required;
-  std::function<std::unique_ptr<Optimizer>(const ParameterSet&, const CommonOptions&, const ParameterList&)> build;
+  // Builds it from a validated list; comm is null without a communicator.
+  std::function<std::unique_ptr<Optimizer>(const ParameterSet&, const CommonOptions&, const ParameterList&,
+                                           std::shared_ptr<comm::Communicator>)>
+      build;
   // A sublist whose keys follow a pattern rather than a fixed list (checked by build()).
   std::string pattern_sublist = "";
 };
@@ -63,6 +68,18 @@ void add_common(ParameterList& l, double lr, double weight_decay, const std::str
   add(s, "gamma", 0.1, "step: the factor of each decay.", V::real(0.0, 1.0, true, false));
 }
 
+// The diagonal optimizers' sharding switch, and the communicator it hands them.
+void add_shard_key(ParameterList& l) {
+  add(l, "shard_state", false,
+      "Distributed (koptim::create with a communicator): each rank keeps the state of a slice of the parameters, "
+      "updates it and all-gathers the parameters; memory per rank ~1/N, results bitwise equal to one process.",
+      V::boolean());
+}
+
+std::shared_ptr<comm::Communicator> sharding(const ParameterList& l, std::shared_ptr<comm::Communicator> comm) {
+  return l.get<bool>("shard_state") ? std::move(comm) : nullptr;
+}
+
 void add_adam_keys(ParameterList& l) {
   Teuchos::Array<double> betas(2);
   betas[0] = 0.9;
@@ -73,46 +90,121 @@ void add_adam_keys(ParameterList& l) {
   add(l, "amsgrad", false, "Use the running maximum of the second moment (AMSGrad).", V::boolean());
 }
 
+ShampooOptions shampoo_options(const ParameterList& l) {
+  ShampooOptions o;
+  const auto& b                = l.get<Teuchos::Array<double>>("betas");
+  o.betas                      = {b[0], b[1]};
+  o.beta3                      = l.get<double>("beta3");
+  o.epsilon                    = l.get<double>("epsilon");
+  o.momentum                   = l.get<double>("momentum");
+  o.dampening                  = l.get<double>("dampening");
+  o.use_nesterov               = l.get<bool>("use_nesterov");
+  const auto wdt               = l.get<std::string>("weight_decay_type");
+  o.weight_decay_type          = wdt == "L2"          ? WeightDecayType::L2
+                                 : wdt == "decoupled" ? WeightDecayType::decoupled
+                                 : wdt == "corrected" ? WeightDecayType::corrected
+                                                      : WeightDecayType::independent;
+  o.max_preconditioner_dim     = l.get<int>("max_preconditioner_dim");
+  o.use_merge_dims             = l.get<bool>("use_merge_dims");
+  o.precondition_frequency     = l.get<int>("precondition_frequency");
+  o.start_preconditioning_step = l.get<int>("start_preconditioning_step");
+  o.use_bias_correction        = l.get<bool>("use_bias_correction");
+  const auto g                 = l.get<std::string>("grafting");
+  o.grafting                   = g == "none"      ? Grafting::none
+                                 : g == "SGD"     ? Grafting::SGD
+                                 : g == "AdaGrad" ? Grafting::AdaGrad
+                                 : g == "RMSProp" ? Grafting::RMSProp
+                                                  : Grafting::Adam;
+  o.grafting_beta2             = l.get<double>("grafting_beta2");
+  o.grafting_epsilon           = l.get<double>("grafting_epsilon");
+  o.eigenvalue_corrected       = l.get<bool>("eigenvalue_corrected");
+  o.root_method =
+      l.get<std::string>("root_method") == "eigen" ? linalg::RootMethod::eigen : linalg::RootMethod::coupled_newton;
+  const auto es                                 = l.get<std::string>("eigensolver");
+  o.eigensolver                                 = es == "automatic" ? linalg::EighSolver::automatic
+                                                  : es == "lapack"  ? linalg::EighSolver::lapack
+                                                                    : linalg::EighSolver::jacobi;
+  o.pseudo_inverse                              = l.get<bool>("pseudo_inverse");
+  o.rank_rtol                                   = l.get<double>("rank_rtol");
+  o.rank_atol                                   = l.get<double>("rank_atol");
+  o.num_tolerated_failed_amortized_computations = l.get<int>("num_tolerated_failed_amortized_computations");
+  const ParameterList& ov                       = l.sublist("inverse_exponent_override");
+  static const std::regex order_re("order_([0-9]+)"), dim_re("order_([0-9]+)_dim_([0-9]+)");
+  for (auto it = ov.begin(); it != ov.end(); ++it) {
+    const std::string& k = ov.name(it);
+    const auto& e        = ov.entry(it);
+    double a             = 0;
+    if (e.isType<double>()) {
+      a = Teuchos::getValue<double>(e);
+    } else if (e.isType<int>()) {
+      a = Teuchos::getValue<int>(e);
+    } else {
+      throw ConfigError("koptim: key 'inverse_exponent_override/" + k + "' = " + Impl::entry_value_string(e) +
+                        " must be a real >= 0");
+    }
+    std::smatch m;
+    if (std::regex_match(k, m, dim_re)) {
+      o.inverse_exponent_override_dim[{std::stoi(m[1]), std::stoi(m[2])}] = a;
+    } else if (std::regex_match(k, m, order_re)) {
+      o.inverse_exponent_override[std::stoi(m[1])] = a;
+    } else {
+      throw ConfigError("koptim: unknown key 'inverse_exponent_override/" + k +
+                        "'; allowed: order_K or order_K_dim_J (K, J integers)");
+    }
+  }
+  o.num_trainers_per_group = l.get<int>("num_trainers_per_group");
+  o.communication_dtype    = l.get<std::string>("communication_dtype") == "bfloat16" ? CommunicationDType::bfloat16
+                                                                                     : CommunicationDType::float32;
+  o.distributed_cost_model = l.get<std::string>("distributed_cost_model") == "cubic" ? DistributedCostModel::cubic
+                                                                                     : DistributedCostModel::bytes;
+  return o;
+}
+
 const std::vector<Entry>& entries() {
   static const std::vector<Entry> table = {
       {"SGD",
        "Stochastic gradient descent with momentum (torch.optim.SGD).",
        [](ParameterList& l) {
          add_common(l, 1e-3, 0.0, "L2 weight decay: G <- G + weight_decay W");
+         add_shard_key(l);
          l.getEntryRCP("lr")->setDocString("Learning rate. Required for SGD (groups may override it).");
          add(l, "momentum", 0.0, "Momentum factor mu.", V::real(0.0, inf, false, true));
          add(l, "dampening", 0.0, "Dampening d of the momentum: B <- mu B + (1 - d) G.", V::real(0.0, 1.0));
          add(l, "nesterov", false, "Nesterov momentum (needs momentum > 0 and dampening = 0).", V::boolean());
        },
        {"lr"},
-       [](const ParameterSet& p, const CommonOptions& c, const ParameterList& l) -> std::unique_ptr<Optimizer> {
+       [](const ParameterSet& p, const CommonOptions& c, const ParameterList& l,
+          std::shared_ptr<comm::Communicator> comm) -> std::unique_ptr<Optimizer> {
          SGDOptions o;
          o.momentum  = l.get<double>("momentum");
          o.dampening = l.get<double>("dampening");
          o.nesterov  = l.get<bool>("nesterov");
-         return std::make_unique<SGD>(p, c, o);
+         return std::make_unique<SGD>(p, c, o, sharding(l, comm));
        }},
       {"AdaGrad",
        "AdaGrad (torch.optim.Adagrad).",
        [](ParameterList& l) {
          add_common(l, 1e-2, 0.0, "L2 weight decay: G <- G + weight_decay W");
+         add_shard_key(l);
          add(l, "lr_decay", 0.0, "The lr at step t is lr / (1 + (t - 1) lr_decay).", V::real(0.0, inf, false, true));
          add(l, "initial_accumulator_value", 0.0, "Initial value of the sum of squared gradients.",
              V::real(0.0, inf, false, true));
          add(l, "eps", 1e-10, "Added to the denominator sqrt(sum).", V::real(0.0, inf, false, true));
        },
        {},
-       [](const ParameterSet& p, const CommonOptions& c, const ParameterList& l) -> std::unique_ptr<Optimizer> {
+       [](const ParameterSet& p, const CommonOptions& c, const ParameterList& l,
+          std::shared_ptr<comm::Communicator> comm) -> std::unique_ptr<Optimizer> {
          AdaGradOptions o;
          o.lr_decay                  = l.get<double>("lr_decay");
          o.initial_accumulator_value = l.get<double>("initial_accumulator_value");
          o.eps                       = l.get<double>("eps");
-         return std::make_unique<AdaGrad>(p, c, o);
+         return std::make_unique<AdaGrad>(p, c, o, sharding(l, comm));
        }},
       {"RMSProp",
        "RMSProp (torch.optim.RMSprop).",
        [](ParameterList& l) {
          add_common(l, 1e-2, 0.0, "L2 weight decay: G <- G + weight_decay W");
+         add_shard_key(l);
          add(l, "alpha", 0.99, "Smoothing constant of the squared-gradient average.", V::real(0.0, 1.0));
          add(l, "eps", 1e-8, "Added to the denominator.", V::real(0.0, inf, false, true));
          add(l, "momentum", 0.0, "Momentum factor.", V::real(0.0, inf, false, true));
@@ -120,43 +212,48 @@ const std::vector<Entry>& entries() {
              V::boolean());
        },
        {},
-       [](const ParameterSet& p, const CommonOptions& c, const ParameterList& l) -> std::unique_ptr<Optimizer> {
+       [](const ParameterSet& p, const CommonOptions& c, const ParameterList& l,
+          std::shared_ptr<comm::Communicator> comm) -> std::unique_ptr<Optimizer> {
          RMSPropOptions o;
          o.alpha    = l.get<double>("alpha");
          o.eps      = l.get<double>("eps");
          o.momentum = l.get<double>("momentum");
          o.centered = l.get<bool>("centered");
-         return std::make_unique<RMSProp>(p, c, o);
+         return std::make_unique<RMSProp>(p, c, o, sharding(l, comm));
        }},
       {"Adam",
        "Adam with L2 weight decay (torch.optim.Adam).",
        [](ParameterList& l) {
          add_common(l, 1e-3, 0.0, "L2 weight decay: G <- G + weight_decay W");
+         add_shard_key(l);
          add_adam_keys(l);
        },
        {},
-       [](const ParameterSet& p, const CommonOptions& c, const ParameterList& l) -> std::unique_ptr<Optimizer> {
+       [](const ParameterSet& p, const CommonOptions& c, const ParameterList& l,
+          std::shared_ptr<comm::Communicator> comm) -> std::unique_ptr<Optimizer> {
          AdamOptions o;
          const auto& b = l.get<Teuchos::Array<double>>("betas");
          o.betas       = {b[0], b[1]};
          o.eps         = l.get<double>("eps");
          o.amsgrad     = l.get<bool>("amsgrad");
-         return std::make_unique<Adam>(p, c, o);
+         return std::make_unique<Adam>(p, c, o, false, sharding(l, comm));
        }},
       {"AdamW",
        "Adam with decoupled weight decay (torch.optim.AdamW).",
        [](ParameterList& l) {
          add_common(l, 1e-3, 0.01, "Decoupled weight decay: W <- W (1 - lr weight_decay) before the update");
+         add_shard_key(l);
          add_adam_keys(l);
        },
        {},
-       [](const ParameterSet& p, const CommonOptions& c, const ParameterList& l) -> std::unique_ptr<Optimizer> {
+       [](const ParameterSet& p, const CommonOptions& c, const ParameterList& l,
+          std::shared_ptr<comm::Communicator> comm) -> std::unique_ptr<Optimizer> {
          AdamOptions o;
          const auto& b = l.get<Teuchos::Array<double>>("betas");
          o.betas       = {b[0], b[1]};
          o.eps         = l.get<double>("eps");
          o.amsgrad     = l.get<bool>("amsgrad");
-         return std::make_unique<AdamW>(p, c, o);
+         return std::make_unique<AdamW>(p, c, o, sharding(l, comm));
        }},
       {"Shampoo",
        "Distributed Shampoo (single process): block-diagonal Kronecker-factored preconditioning with grafting.",
@@ -216,76 +313,64 @@ const std::vector<Entry>& entries() {
              "Consecutive root-inverse solver failures of a block tolerated (the previous root is kept) before an "
              "error.",
              V::integer(0));
+         add(l, "num_trainers_per_group", -1,
+             "Distributed: ranks per group sharing the preconditioner work (-1: all ranks); groups replicate it.",
+             V::integer(-1));
+         add(l, "communication_dtype", std::string("float32"),
+             "Distributed: precision of the update all-gather: float32 (each update in its parameter's precision; "
+             "N ranks equal 1 rank bitwise) or bfloat16.",
+             V::choice({"float32", "bfloat16"}));
+         add(l, "distributed_cost_model", std::string("bytes"),
+             "Distributed: cost of a block when assigning blocks to ranks: bytes (of its update, rounded up to 64) or "
+             "cubic (sum of the cubes of its dimensions, as eigensolves).",
+             V::choice({"bytes", "cubic"}));
          l.sublist("inverse_exponent_override", false,
                    "Exponent a of X = L^-a: keys order_K (every dimension of blocks of order K) or order_K_dim_J (one "
                    "dimension), values >= 0; 0 leaves the dimension unpreconditioned. Default a = 1/(2 max(K, 1)).");
        },
        {},
-       [](const ParameterSet& p, const CommonOptions& c, const ParameterList& l) -> std::unique_ptr<Optimizer> {
-         ShampooOptions o;
-         const auto& b                = l.get<Teuchos::Array<double>>("betas");
-         o.betas                      = {b[0], b[1]};
-         o.beta3                      = l.get<double>("beta3");
-         o.epsilon                    = l.get<double>("epsilon");
-         o.momentum                   = l.get<double>("momentum");
-         o.dampening                  = l.get<double>("dampening");
-         o.use_nesterov               = l.get<bool>("use_nesterov");
-         const auto wdt               = l.get<std::string>("weight_decay_type");
-         o.weight_decay_type          = wdt == "L2"          ? WeightDecayType::L2
-                                        : wdt == "decoupled" ? WeightDecayType::decoupled
-                                        : wdt == "corrected" ? WeightDecayType::corrected
-                                                             : WeightDecayType::independent;
-         o.max_preconditioner_dim     = l.get<int>("max_preconditioner_dim");
-         o.use_merge_dims             = l.get<bool>("use_merge_dims");
-         o.precondition_frequency     = l.get<int>("precondition_frequency");
-         o.start_preconditioning_step = l.get<int>("start_preconditioning_step");
-         o.use_bias_correction        = l.get<bool>("use_bias_correction");
-         const auto g                 = l.get<std::string>("grafting");
-         o.grafting                   = g == "none"      ? Grafting::none
-                                        : g == "SGD"     ? Grafting::SGD
-                                        : g == "AdaGrad" ? Grafting::AdaGrad
-                                        : g == "RMSProp" ? Grafting::RMSProp
-                                                         : Grafting::Adam;
-         o.grafting_beta2             = l.get<double>("grafting_beta2");
-         o.grafting_epsilon           = l.get<double>("grafting_epsilon");
-         o.eigenvalue_corrected       = l.get<bool>("eigenvalue_corrected");
-         o.root_method                = l.get<std::string>("root_method") == "eigen" ? linalg::RootMethod::eigen
-                                                                                     : linalg::RootMethod::coupled_newton;
-         const auto es                = l.get<std::string>("eigensolver");
-         o.eigensolver                = es == "automatic" ? linalg::EighSolver::automatic
-                                        : es == "lapack"  ? linalg::EighSolver::lapack
-                                                          : linalg::EighSolver::jacobi;
-         o.pseudo_inverse             = l.get<bool>("pseudo_inverse");
-         o.rank_rtol                  = l.get<double>("rank_rtol");
-         o.rank_atol                  = l.get<double>("rank_atol");
-         o.num_tolerated_failed_amortized_computations = l.get<int>("num_tolerated_failed_amortized_computations");
-         const ParameterList& ov                       = l.sublist("inverse_exponent_override");
-         static const std::regex order_re("order_([0-9]+)"), dim_re("order_([0-9]+)_dim_([0-9]+)");
-         for (auto it = ov.begin(); it != ov.end(); ++it) {
-           const std::string& k = ov.name(it);
-           const auto& e        = ov.entry(it);
-           double a             = 0;
-           if (e.isType<double>()) {
-             a = Teuchos::getValue<double>(e);
-           } else if (e.isType<int>()) {
-             a = Teuchos::getValue<int>(e);
-           } else {
-             throw ConfigError("koptim: key 'inverse_exponent_override/" + k + "' = " + Impl::entry_value_string(e) +
-                               " must be a real >= 0");
-           }
-           std::smatch m;
-           if (std::regex_match(k, m, dim_re)) {
-             o.inverse_exponent_override_dim[{std::stoi(m[1]), std::stoi(m[2])}] = a;
-           } else if (std::regex_match(k, m, order_re)) {
-             o.inverse_exponent_override[std::stoi(m[1])] = a;
-           } else {
-             throw ConfigError("koptim: unknown key 'inverse_exponent_override/" + k +
-                               "'; allowed: order_K or order_K_dim_J (K, J integers)");
-           }
-         }
-         return std::make_unique<Shampoo>(p, c, o);
+       [](const ParameterSet& p, const CommonOptions& c, const ParameterList& l,
+          std::shared_ptr<comm::Communicator> comm) -> std::unique_ptr<Optimizer> {
+         return std::make_unique<Shampoo>(p, c, shampoo_options(l), std::move(comm));
        },
        "inverse_exponent_override"},
+      {"Gefen",
+       "Gefen: AdamW with a shared second moment per automatic block and an 8-bit momentum with a learned codebook "
+       "(about 1 byte of state per parameter).",
+       [](ParameterList& l) {
+         add_common(l, 1e-3, 0.0, "Decoupled weight decay: W <- W (1 - lr weight_decay) before the update");
+         Teuchos::Array<double> betas(2);
+         betas[0] = 0.9;
+         betas[1] = 0.999;
+         add(l, "betas", betas, "Decay rates (b1, b2) of the first and second moments, as AdamW.",
+             V::real_array(2, 0.0, 1.0, false, true));
+         add(l, "eps", 1e-8, "Added to the denominator sqrt(v_hat), as AdamW.", V::real(0.0, inf, true, true));
+         add(l, "partition_rule", std::string("neighbour_contrast"),
+             "Expert: the rule that picks each tensor's block size p from the first gradients: neighbour_contrast "
+             "(default) or variance_drop (gefen 1.1.1).",
+             V::choice({"neighbour_contrast", "variance_drop"}));
+         add(l, "p1_second_moment", std::string("factored"),
+             "Expert: second moment of tensors with p = 1: factored (row/column estimate for tensors of 2+ dimensions "
+             "and >= 4096 elements, per element otherwise) or full (per element, as the reference).",
+             V::choice({"factored", "full"}));
+         add(l, "force_p1", false, "Expert: no second-moment sharing (p = 1 for every tensor).", V::boolean());
+       },
+       {},
+       [](const ParameterSet& p, const CommonOptions& c, const ParameterList& l,
+          std::shared_ptr<comm::Communicator> comm) -> std::unique_ptr<Optimizer> {
+         GefenOptions o;
+         const auto& b      = l.get<Teuchos::Array<double>>("betas");
+         o.betas            = {b[0], b[1]};
+         o.eps              = l.get<double>("eps");
+         o.partition_rule   = l.get<std::string>("partition_rule") == "variance_drop"
+                                  ? GefenPartitionRule::variance_drop
+                                  : GefenPartitionRule::neighbour_contrast;
+         o.p1_second_moment = l.get<std::string>("p1_second_moment") == "full" ? GefenP1SecondMoment::full
+                                                                               : GefenP1SecondMoment::factored;
+         o.force_p1         = l.get<bool>("force_p1");
+         (void)comm;  // Gefen runs replicated over a communicator
+         return std::make_unique<Gefen>(p, c, o);
+       }},
   };
   return table;
 }
@@ -406,6 +491,11 @@ ParameterList validated_parameters(const ParameterList& list) {
 }
 
 std::unique_ptr<Optimizer> create(const ParameterSet& params, const ParameterList& list) {
+  return create(params, list, nullptr);
+}
+
+std::unique_ptr<Optimizer> create(const ParameterSet& params, const ParameterList& list,
+                                  std::shared_ptr<comm::Communicator> comm) {
   Impl::ScopedRegion region("koptim::create");
   const ParameterList l = validated_parameters(list);
   const Entry& e        = entry(l.get<std::string>("optimizer"));
@@ -418,7 +508,7 @@ std::unique_ptr<Optimizer> create(const ParameterSet& params, const ParameterLis
                          : policy == "skip_step" ? NonFiniteGradient::skip_step
                                                  : NonFiniteGradient::unchecked;
   c.lr_schedule        = schedule_from(l.sublist("lr_schedule"));
-  return e.build(params, c, l);
+  return e.build(params, c, l, std::move(comm));
 }
 
 RCP<ParameterList> read_parameter_list(const std::string& path) {

@@ -1,3 +1,4 @@
+#include <koptim/comm/koptim_Communicator.hpp>
 #include <koptim/core/koptim_Math.hpp>
 #include <koptim/core/koptim_Optimizer.hpp>
 #include <koptim/core/koptim_Profiling.hpp>
@@ -121,52 +122,163 @@ void Optimizer::import_state(const OptimizerState& s) {
 
 namespace Impl {
 
+void check_same_on_all_ranks(const comm::Communicator& comm, const std::string& optimizer,
+                             const std::string& descriptor) {
+  if (!comm.same_on_all_ranks(descriptor)) {
+    throw ConfigError("koptim::" + optimizer +
+                      ": the ranks of the communicator disagree on the parameters (names, shapes, scalar types, "
+                      "layouts, groups) or on the configuration; every rank must build the same optimizer. Rank " +
+                      std::to_string(comm.rank()) + " has: " + descriptor);
+  }
+}
+
+std::string describe_parameters(const Optimizer& opt) {
+  std::ostringstream d;
+  d.precision(17);
+  const auto& ps = opt.parameters();
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    const auto& p = ps[i];
+    d << p.name << ' ' << to_string(p.param.dtype) << ' ' << shape_string(p.param.shape) << ' '
+      << (p.param.layout_right ? "right" : "left") << " group " << p.group << " lr " << opt.base_lr(p.group) << " wd "
+      << opt.weight_decay(p.group) << "; ";
+  }
+  const auto& c = opt.common_options();
+  d << "schedule " << c.lr_schedule.describe() << "; nonfinite " << static_cast<int>(c.nonfinite_gradient);
+  return d.str();
+}
+
 ElementwiseOptimizer::ElementwiseOptimizer(std::string name, ParameterSet params, CommonOptions common,
-                                           std::vector<std::string> slots, std::vector<double> fill)
+                                           std::vector<std::string> slots, std::vector<double> fill,
+                                           std::shared_ptr<comm::Communicator> comm,
+                                           const std::string& options_descriptor)
     : Optimizer(std::move(name), std::move(params), std::move(common)), slots_(std::move(slots)) {
   fill.resize(slots_.size(), 0.0);
-  for (const auto& p : parameters().parameters()) {
-    std::vector<Buffer> b;
-    for (std::size_t s = 0; s < slots_.size(); ++s) {
-      b.emplace_back("koptim::" + p.name + "/" + slots_[s], p.param.dtype, p.param.size, fill[s]);
-    }
-    buffers_.push_back(std::move(b));
+  const auto& ps = parameters();
+  if (comm && comm->size() > 1) {
+    comm_ = std::move(comm);
+    check_same_on_all_ranks(*comm_, this->name(), describe_parameters(*this) + "; " + options_descriptor);
   }
+  // Elements per rank for each scalar type, and this rank's slice of the concatenation.
+  const int ranks = comm_ ? comm_->size() : 1, me = comm_ ? comm_->rank() : 0;
+  for (int k = 0; k < 2; ++k) {
+    const ScalarType type = k == 0 ? ScalarType::float32 : ScalarType::float64;
+    std::int64_t total    = 0;
+    for (const auto& p : ps.parameters())
+      if (p.param.dtype == type) total += p.param.size;
+    chunk_[k]             = (total + ranks - 1) / ranks;
+    const std::int64_t lo = std::min(total, me * chunk_[k]), hi = std::min(total, lo + chunk_[k]);
+    std::int64_t start = 0;
+    for (std::size_t i = 0; i < ps.size(); ++i) {
+      if (ps[i].param.dtype != type) continue;
+      const std::int64_t a = std::max(lo, start), b = std::min(hi, start + ps[i].param.size);
+      if (a < b || (ps[i].param.size == 0 && a == b && !comm_)) {
+        Piece pc;
+        pc.param  = static_cast<int>(i);
+        pc.offset = a - start;
+        pc.size   = b - a;
+        for (std::size_t s = 0; s < slots_.size(); ++s)
+          pc.buffers.emplace_back("koptim::" + ps[i].name + "/" + slots_[s], type, pc.size, fill[s]);
+        pieces_.push_back(std::move(pc));
+      }
+      start += ps[i].param.size;
+    }
+  }
+  std::sort(pieces_.begin(), pieces_.end(), [](const Piece& a, const Piece& b) { return a.param < b.param; });
 }
 
 std::size_t ElementwiseOptimizer::state_bytes() const {
   std::size_t n = 0;
-  for (const auto& b : buffers_)
-    for (const auto& s : b) n += s.bytes();
+  for (const auto& pc : pieces_)
+    for (const auto& b : pc.buffers) n += b.bytes();
   return n;
+}
+
+void ElementwiseOptimizer::update(std::int64_t t, const std::vector<double>& lrs) {
+  update_pieces(t, lrs);
+  if (comm_) {
+    ScopedRegion region("koptim::" + name() + "::all_gather_parameters");
+    gather_parameters<float>();
+    gather_parameters<double>();
+  }
+}
+
+template <class T>
+void ElementwiseOptimizer::gather_parameters() {
+  const int k              = std::is_same<T, float>::value ? 0 : 1;
+  const std::int64_t chunk = chunk_[k];
+  const auto& ps           = parameters();
+  if (chunk == 0) return;
+  Kokkos::View<T*, MemorySpace> send("koptim::shard_send", chunk), recv("koptim::shard_recv", chunk * comm_->size());
+  const std::int64_t lo = comm_->rank() * chunk;
+  std::int64_t start    = 0;
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    if (ps[i].param.dtype != scalar_type_of<T>()) continue;
+    const std::int64_t a = std::max(lo, start), b = std::min(lo + chunk, start + ps[i].param.size);
+    if (a < b) {
+      const auto w            = ps[i].param.template flat<T>();
+      const std::int64_t from = a - start, to = a - lo;
+      Kokkos::parallel_for(
+          "koptim::shard_pack", Kokkos::RangePolicy<ExecutionSpace>(0, b - a),
+          KOKKOS_LAMBDA(const std::int64_t e) { send(to + e) = w(from + e); });
+    }
+    start += ps[i].param.size;
+  }
+  comm_->all_gather(Kokkos::View<const T*, MemorySpace>(send), recv);
+  start = 0;
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    if (ps[i].param.dtype != scalar_type_of<T>()) continue;
+    const auto w             = ps[i].param.template flat<T>();
+    const std::int64_t first = start;
+    Kokkos::parallel_for(
+        "koptim::shard_unpack", Kokkos::RangePolicy<ExecutionSpace>(0, ps[i].param.size),
+        KOKKOS_LAMBDA(const std::int64_t e) { w(e) = recv(first + e); });
+    start += ps[i].param.size;
+  }
+}
+
+std::string ElementwiseOptimizer::key(const Piece& pc, std::size_t slot) const {
+  return parameters()[pc.param].name + "/" + slots_[slot];
 }
 
 void ElementwiseOptimizer::export_tensors(OptimizerState& state) const {
   const auto& ps = parameters();
-  for (std::size_t i = 0; i < ps.size(); ++i)
-    for (std::size_t s = 0; s < slots_.size(); ++s)
-      state.tensors[ps[i].name + "/" + slots_[s]] = buffers_[i][s].to_state(ps[i].param.shape);
+  for (const auto& pc : pieces_) {
+    for (std::size_t s = 0; s < slots_.size(); ++s) {
+      state.tensors[key(pc, s)] =
+          pc.buffers[s].to_state(sharded() ? std::vector<std::int64_t>{pc.size} : ps[pc.param].param.shape);
+    }
+    if (sharded()) state.integers[ps[pc.param].name + "/shard_offset"] = pc.offset;
+  }
 }
 
 void ElementwiseOptimizer::check_tensors(const OptimizerState& state) const {
   const auto& ps     = parameters();
   std::size_t expect = 0;
-  for (std::size_t i = 0; i < ps.size(); ++i) {
+  for (const auto& pc : pieces_) {
     for (std::size_t s = 0; s < slots_.size(); ++s) {
-      const std::string key = ps[i].name + "/" + slots_[s];
-      auto it               = state.tensors.find(key);
+      const std::string k = key(pc, s);
+      auto it             = state.tensors.find(k);
       if (it == state.tensors.end()) {
-        throw StateError("koptim::" + name() + "::import_state: the state has no tensor '" + key + "'");
+        throw StateError("koptim::" + name() + "::import_state: the state has no tensor '" + k + "'");
       }
-      buffers_[i][s].check(it->second, key);
+      pc.buffers[s].check(it->second, k);
       ++expect;
+    }
+    if (sharded()) {
+      const std::string k = ps[pc.param].name + "/shard_offset";
+      auto it             = state.integers.find(k);
+      if (it == state.integers.end() || it->second != pc.offset) {
+        throw StateError("koptim::" + name() + "::import_state: the state's shard of parameter '" + ps[pc.param].name +
+                         "' does not start at element " + std::to_string(pc.offset) +
+                         " (a state saved with another number of ranks?)");
+      }
     }
   }
   if (state.tensors.size() != expect) {
     for (const auto& kv : state.tensors) {
-      const auto slash = kv.first.rfind('/');
-      const bool known = slash != std::string::npos && ps.find(kv.first.substr(0, slash)) >= 0 &&
-                         std::find(slots_.begin(), slots_.end(), kv.first.substr(slash + 1)) != slots_.end();
+      bool known = false;
+      for (const auto& pc : pieces_)
+        for (std::size_t s = 0; s < slots_.size(); ++s) known = known || key(pc, s) == kv.first;
       if (!known) {
         throw StateError("koptim::" + name() + "::import_state: the state has tensor '" + kv.first +
                          "', which belongs to no parameter and slot of this optimizer");
@@ -176,10 +288,8 @@ void ElementwiseOptimizer::check_tensors(const OptimizerState& state) const {
 }
 
 void ElementwiseOptimizer::import_tensors(const OptimizerState& state) {
-  const auto& ps = parameters();
-  for (std::size_t i = 0; i < ps.size(); ++i)
-    for (std::size_t s = 0; s < slots_.size(); ++s)
-      buffers_[i][s].assign(state.tensors.at(ps[i].name + "/" + slots_[s]));
+  for (auto& pc : pieces_)
+    for (std::size_t s = 0; s < slots_.size(); ++s) pc.buffers[s].assign(state.tensors.at(key(pc, s)));
 }
 
 }  // namespace Impl

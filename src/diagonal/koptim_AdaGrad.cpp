@@ -3,19 +3,26 @@
 #include <koptim/diagonal/koptim_DiagonalMath.hpp>
 
 #include <limits>
+#include <sstream>
 
 namespace koptim {
 
 namespace {
-template <class T>
-void adagrad_update(const Parameter& p, const Impl::Buffer& sum, double clr, double wd, double eps) {
-  const auto w = p.param.flat<T>();
-  const auto g = p.grad.flat<T>();
+std::string describe(const AdaGradOptions& o) {
+  std::ostringstream s;
+  s.precision(17);
+  s << "lr_decay " << o.lr_decay << " initial_accumulator_value " << o.initial_accumulator_value << " eps " << o.eps;
+  return s.str();
+}
+
+template <class W, class G>
+void adagrad_update(const W& w, const G& g, const Impl::Buffer& sum, double clr, double wd, double eps) {
+  using T      = typename W::non_const_value_type;
   const auto a = sum.view<T>();
   const T clr_ = static_cast<T>(clr), wd_ = static_cast<T>(wd), eps_ = static_cast<T>(eps);
   const bool decay = wd != 0.0;
   Kokkos::parallel_for(
-      "koptim::AdaGrad::update", Kokkos::RangePolicy<ExecutionSpace>(0, p.param.size),
+      "koptim::AdaGrad::update", Kokkos::RangePolicy<ExecutionSpace>(0, w.extent(0)),
       KOKKOS_LAMBDA(const std::int64_t i) {
         T d = g(i);
         if (decay) d = Impl::add_scaled(d, wd_, w(i));
@@ -26,9 +33,10 @@ void adagrad_update(const Parameter& p, const Impl::Buffer& sum, double clr, dou
 }
 }  // namespace
 
-AdaGrad::AdaGrad(ParameterSet params, CommonOptions common, AdaGradOptions options)
+AdaGrad::AdaGrad(ParameterSet params, CommonOptions common, AdaGradOptions options,
+                 std::shared_ptr<comm::Communicator> comm)
     : Impl::ElementwiseOptimizer("AdaGrad", std::move(params), std::move(common), {"sum"},
-                                 {options.initial_accumulator_value}),
+                                 {options.initial_accumulator_value}, std::move(comm), describe(options)),
       options_(options) {
   const double inf = std::numeric_limits<double>::infinity();
   Impl::require_range("AdaGrad", "lr_decay", options_.lr_decay, 0.0, inf, false, true);
@@ -37,13 +45,13 @@ AdaGrad::AdaGrad(ParameterSet params, CommonOptions common, AdaGradOptions optio
   Impl::require_range("AdaGrad", "eps", options_.eps, 0.0, inf, false, true);
 }
 
-void AdaGrad::update(std::int64_t t, const std::vector<double>& lrs) {
-  const auto& ps = parameters();
-  for (std::size_t i = 0; i < ps.size(); ++i) {
-    const auto& p    = ps[i];
+void AdaGrad::update_pieces(std::int64_t t, const std::vector<double>& lrs) {
+  for (const auto& pc : pieces()) {
+    const auto& p    = parameters()[pc.param];
     const double clr = lrs[p.group] / (1.0 + static_cast<double>(t - 1) * options_.lr_decay);
     dispatch(p.param.dtype, [&](auto zero) {
-      adagrad_update<decltype(zero)>(p, buffer(i, 0), clr, weight_decay(p.group), options_.eps);
+      using T = decltype(zero);
+      adagrad_update(piece_param<T>(pc), piece_grad<T>(pc), pc.buffers[0], clr, weight_decay(p.group), options_.eps);
     });
   }
 }

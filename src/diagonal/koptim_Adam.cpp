@@ -4,21 +4,29 @@
 
 #include <cmath>
 #include <limits>
+#include <sstream>
 
 namespace koptim {
 
 namespace {
+std::string describe(const AdamOptions& o) {
+  std::ostringstream s;
+  s.precision(17);
+  s << "betas " << o.betas[0] << " " << o.betas[1] << " eps " << o.eps << " amsgrad " << o.amsgrad;
+  return s.str();
+}
+
 std::vector<std::string> adam_slots(const AdamOptions& o) {
   std::vector<std::string> s{"exp_avg", "exp_avg_sq"};
   if (o.amsgrad) s.push_back("max_exp_avg_sq");
   return s;
 }
 
-template <class T>
-void adam_update(const Parameter& p, const Impl::Buffer& m_buf, const Impl::Buffer& v_buf, const Impl::Buffer* vmax_buf,
-                 std::int64_t t, double lr, double wd, bool decoupled, const AdamOptions& o) {
-  const auto w = p.param.flat<T>();
-  const auto g = p.grad.flat<T>();
+template <class W, class G>
+void adam_update(const W& w, const G& g, const Impl::Buffer& m_buf, const Impl::Buffer& v_buf,
+                 const Impl::Buffer* vmax_buf, std::int64_t t, double lr, double wd, bool decoupled,
+                 const AdamOptions& o) {
+  using T      = typename W::non_const_value_type;
   const auto m = m_buf.view<T>();
   const auto v = v_buf.view<T>();
   Kokkos::View<T*, MemorySpace> vmax;
@@ -32,8 +40,7 @@ void adam_update(const Parameter& p, const Impl::Buffer& m_buf, const Impl::Buff
           one_minus_b2 = static_cast<T>(1.0 - o.betas[1]), eps = static_cast<T>(o.eps);
   const bool l2 = !decoupled && wd != 0.0, shrink = decoupled && wd != 0.0, amsgrad = vmax_buf != nullptr;
   Kokkos::parallel_for(
-      "koptim::Adam::update", Kokkos::RangePolicy<ExecutionSpace>(0, p.param.size),
-      KOKKOS_LAMBDA(const std::int64_t i) {
+      "koptim::Adam::update", Kokkos::RangePolicy<ExecutionSpace>(0, w.extent(0)), KOKKOS_LAMBDA(const std::int64_t i) {
         T wi = w(i);
         if (shrink) wi = wi * decay_factor;
         T d = g(i);
@@ -52,9 +59,10 @@ void adam_update(const Parameter& p, const Impl::Buffer& m_buf, const Impl::Buff
 }
 }  // namespace
 
-Adam::Adam(ParameterSet params, CommonOptions common, AdamOptions options, bool decoupled_weight_decay)
+Adam::Adam(ParameterSet params, CommonOptions common, AdamOptions options, bool decoupled_weight_decay,
+           std::shared_ptr<comm::Communicator> comm)
     : Impl::ElementwiseOptimizer(decoupled_weight_decay ? "AdamW" : "Adam", std::move(params), std::move(common),
-                                 adam_slots(options)),
+                                 adam_slots(options), {}, std::move(comm), describe(options)),
       options_(options),
       decoupled_(decoupled_weight_decay) {
   const double inf = std::numeric_limits<double>::infinity();
@@ -63,14 +71,14 @@ Adam::Adam(ParameterSet params, CommonOptions common, AdamOptions options, bool 
   Impl::require_range(name(), "eps", options_.eps, 0.0, inf, false, true);
 }
 
-void Adam::update(std::int64_t t, const std::vector<double>& lrs) {
-  const auto& ps = parameters();
-  for (std::size_t i = 0; i < ps.size(); ++i) {
-    const auto& p            = ps[i];
-    const Impl::Buffer* vmax = options_.amsgrad ? &buffer(i, 2) : nullptr;
+void Adam::update_pieces(std::int64_t t, const std::vector<double>& lrs) {
+  for (const auto& pc : pieces()) {
+    const auto& p            = parameters()[pc.param];
+    const Impl::Buffer* vmax = options_.amsgrad ? &pc.buffers[2] : nullptr;
     dispatch(p.param.dtype, [&](auto zero) {
-      adam_update<decltype(zero)>(p, buffer(i, 0), buffer(i, 1), vmax, t, lrs[p.group], weight_decay(p.group),
-                                  decoupled_, options_);
+      using T = decltype(zero);
+      adam_update(piece_param<T>(pc), piece_grad<T>(pc), pc.buffers[0], pc.buffers[1], vmax, t, lrs[p.group],
+                  weight_decay(p.group), decoupled_, options_);
     });
   }
 }

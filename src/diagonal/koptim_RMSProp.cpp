@@ -3,10 +3,18 @@
 #include <koptim/diagonal/koptim_RMSProp.hpp>
 
 #include <limits>
+#include <sstream>
 
 namespace koptim {
 
 namespace {
+std::string describe(const RMSPropOptions& o) {
+  std::ostringstream s;
+  s.precision(17);
+  s << "alpha " << o.alpha << " eps " << o.eps << " momentum " << o.momentum << " centered " << o.centered;
+  return s.str();
+}
+
 std::vector<std::string> rmsprop_slots(const RMSPropOptions& o) {
   std::vector<std::string> s{"square_avg"};
   if (o.momentum > 0.0) s.push_back("momentum_buffer");
@@ -14,11 +22,10 @@ std::vector<std::string> rmsprop_slots(const RMSPropOptions& o) {
   return s;
 }
 
-template <class T>
-void rmsprop_update(const Parameter& p, const Impl::Buffer& sq, const Impl::Buffer* mom, const Impl::Buffer* avg,
+template <class W, class G>
+void rmsprop_update(const W& w, const G& g, const Impl::Buffer& sq, const Impl::Buffer* mom, const Impl::Buffer* avg,
                     double lr, double wd, const RMSPropOptions& o) {
-  const auto w = p.param.flat<T>();
-  const auto g = p.grad.flat<T>();
+  using T      = typename W::non_const_value_type;
   const auto a = sq.view<T>();
   Kokkos::View<T*, MemorySpace> b, m;
   if (mom) b = mom->view<T>();
@@ -27,7 +34,7 @@ void rmsprop_update(const Parameter& p, const Impl::Buffer& sq, const Impl::Buff
           one_minus_alpha = static_cast<T>(1.0 - o.alpha), eps = static_cast<T>(o.eps), mu = static_cast<T>(o.momentum);
   const bool decay = wd != 0.0, momentum = mom != nullptr, centered = avg != nullptr;
   Kokkos::parallel_for(
-      "koptim::RMSProp::update", Kokkos::RangePolicy<ExecutionSpace>(0, p.param.size),
+      "koptim::RMSProp::update", Kokkos::RangePolicy<ExecutionSpace>(0, w.extent(0)),
       KOKKOS_LAMBDA(const std::int64_t i) {
         T d = g(i);
         if (decay) d = Impl::add_scaled(d, wd_, w(i));
@@ -52,8 +59,10 @@ void rmsprop_update(const Parameter& p, const Impl::Buffer& sq, const Impl::Buff
 }
 }  // namespace
 
-RMSProp::RMSProp(ParameterSet params, CommonOptions common, RMSPropOptions options)
-    : Impl::ElementwiseOptimizer("RMSProp", std::move(params), std::move(common), rmsprop_slots(options)),
+RMSProp::RMSProp(ParameterSet params, CommonOptions common, RMSPropOptions options,
+                 std::shared_ptr<comm::Communicator> comm)
+    : Impl::ElementwiseOptimizer("RMSProp", std::move(params), std::move(common), rmsprop_slots(options), {},
+                                 std::move(comm), describe(options)),
       options_(options) {
   const double inf = std::numeric_limits<double>::infinity();
   Impl::require_range("RMSProp", "alpha", options_.alpha, 0.0, 1.0);
@@ -61,15 +70,16 @@ RMSProp::RMSProp(ParameterSet params, CommonOptions common, RMSPropOptions optio
   Impl::require_range("RMSProp", "momentum", options_.momentum, 0.0, inf, false, true);
 }
 
-void RMSProp::update(std::int64_t, const std::vector<double>& lrs) {
-  const auto& ps = parameters();
-  for (std::size_t i = 0; i < ps.size(); ++i) {
-    const auto& p           = ps[i];
+void RMSProp::update_pieces(std::int64_t, const std::vector<double>& lrs) {
+  for (const auto& pc : pieces()) {
+    const auto& p           = parameters()[pc.param];
     std::size_t s           = 1;
-    const Impl::Buffer* mom = options_.momentum > 0.0 ? &buffer(i, s++) : nullptr;
-    const Impl::Buffer* avg = options_.centered ? &buffer(i, s++) : nullptr;
+    const Impl::Buffer* mom = options_.momentum > 0.0 ? &pc.buffers[s++] : nullptr;
+    const Impl::Buffer* avg = options_.centered ? &pc.buffers[s++] : nullptr;
     dispatch(p.param.dtype, [&](auto zero) {
-      rmsprop_update<decltype(zero)>(p, buffer(i, 0), mom, avg, lrs[p.group], weight_decay(p.group), options_);
+      using T = decltype(zero);
+      rmsprop_update(piece_param<T>(pc), piece_grad<T>(pc), pc.buffers[0], mom, avg, lrs[p.group],
+                     weight_decay(p.group), options_);
     });
   }
 }

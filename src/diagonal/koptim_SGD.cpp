@@ -3,25 +3,33 @@
 #include <koptim/diagonal/koptim_SGD.hpp>
 
 #include <limits>
+#include <sstream>
 
 namespace koptim {
 
 namespace {
+std::string describe(const SGDOptions& o) {
+  std::ostringstream s;
+  s.precision(17);
+  s << "momentum " << o.momentum << " dampening " << o.dampening << " nesterov " << o.nesterov;
+  return s.str();
+}
+
 std::vector<std::string> sgd_slots(const SGDOptions& o) {
   return o.momentum != 0.0 ? std::vector<std::string>{"momentum_buffer"} : std::vector<std::string>{};
 }
 
-template <class T>
-void sgd_update(const Parameter& p, const Impl::Buffer* buf, bool first, double lr, double wd, const SGDOptions& o) {
-  const auto w = p.param.flat<T>();
-  const auto g = p.grad.flat<T>();
+template <class W, class G>
+void sgd_update(const W& w, const G& g, const Impl::Buffer* buf, bool first, double lr, double wd,
+                const SGDOptions& o) {
+  using T = typename W::non_const_value_type;
   Kokkos::View<T*, MemorySpace> b;
   if (buf) b = buf->view<T>();
   const T lr_ = static_cast<T>(lr), wd_ = static_cast<T>(wd), mu = static_cast<T>(o.momentum),
           one_minus_d = static_cast<T>(1.0 - o.dampening);
   const bool nesterov = o.nesterov, decay = wd != 0.0, momentum = buf != nullptr;
   Kokkos::parallel_for(
-      "koptim::SGD::update", Kokkos::RangePolicy<ExecutionSpace>(0, p.param.size), KOKKOS_LAMBDA(const std::int64_t i) {
+      "koptim::SGD::update", Kokkos::RangePolicy<ExecutionSpace>(0, w.extent(0)), KOKKOS_LAMBDA(const std::int64_t i) {
         T d = g(i);
         if (decay) d = Impl::add_scaled(d, wd_, w(i));
         if (momentum) {
@@ -34,8 +42,10 @@ void sgd_update(const Parameter& p, const Impl::Buffer* buf, bool first, double 
 }
 }  // namespace
 
-SGD::SGD(ParameterSet params, CommonOptions common, SGDOptions options)
-    : Impl::ElementwiseOptimizer("SGD", std::move(params), std::move(common), sgd_slots(options)), options_(options) {
+SGD::SGD(ParameterSet params, CommonOptions common, SGDOptions options, std::shared_ptr<comm::Communicator> comm)
+    : Impl::ElementwiseOptimizer("SGD", std::move(params), std::move(common), sgd_slots(options), {}, std::move(comm),
+                                 describe(options)),
+      options_(options) {
   const double inf = std::numeric_limits<double>::infinity();
   Impl::require_range("SGD", "momentum", options_.momentum, 0.0, inf, false, true);
   Impl::require_range("SGD", "dampening", options_.dampening, 0.0, 1.0);
@@ -45,13 +55,13 @@ SGD::SGD(ParameterSet params, CommonOptions common, SGDOptions options)
   }
 }
 
-void SGD::update(std::int64_t t, const std::vector<double>& lrs) {
-  const auto& ps = parameters();
-  for (std::size_t i = 0; i < ps.size(); ++i) {
-    const auto& p           = ps[i];
-    const Impl::Buffer* buf = options_.momentum != 0.0 ? &buffer(i, 0) : nullptr;
+void SGD::update_pieces(std::int64_t t, const std::vector<double>& lrs) {
+  for (const auto& pc : pieces()) {
+    const auto& p           = parameters()[pc.param];
+    const Impl::Buffer* buf = options_.momentum != 0.0 ? &pc.buffers[0] : nullptr;
     dispatch(p.param.dtype, [&](auto zero) {
-      sgd_update<decltype(zero)>(p, buf, t == 1, lrs[p.group], weight_decay(p.group), options_);
+      using T = decltype(zero);
+      sgd_update(piece_param<T>(pc), piece_grad<T>(pc), buf, t == 1, lrs[p.group], weight_decay(p.group), options_);
     });
   }
 }

@@ -1,3 +1,5 @@
+#include <koptim/comm/koptim_BF16.hpp>
+#include <koptim/comm/koptim_Communicator.hpp>
 #include <koptim/core/koptim_Check.hpp>
 #include <koptim/core/koptim_Math.hpp>
 #include <koptim/core/koptim_Profiling.hpp>
@@ -7,8 +9,10 @@
 #include <koptim/shampoo/koptim_BlockMap.hpp>
 #include <koptim/shampoo/koptim_Shampoo.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <sstream>
 
 namespace koptim {
@@ -41,6 +45,21 @@ const char* to_string(Grafting g) {
       return "Adam";
   }
   return "";
+}
+
+std::vector<int> assign_blocks(const std::vector<double>& costs, int num_ranks) {
+  if (num_ranks < 1) throw ConfigError("koptim::assign_blocks: num_ranks = " + std::to_string(num_ranks) + " < 1");
+  std::vector<std::size_t> order(costs.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return costs[a] > costs[b]; });
+  std::vector<double> load(num_ranks, 0.0);
+  std::vector<int> owner(costs.size(), 0);
+  for (std::size_t i : order) {
+    const int r = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());  // first minimum
+    owner[i]    = r;
+    load[r] += costs[i];
+  }
+  return owner;
 }
 
 namespace Impl {
@@ -77,7 +96,8 @@ struct BlockState {
   Vec<T> correction;  // eigenvalue correction E, eigenvalue-corrected variant
   // Workspace (not state).
   Vec<T> g, w, mhat, p, q;
-  int failures = 0;  // consecutive amortized computations of this block that failed
+  std::int64_t offset = 0;  // of this block's update in this rank's segment of the all-gather
+  int failures        = 0;  // consecutive amortized computations of this block that failed
 
   std::string where(const ParameterSet& ps, const std::vector<shampoo::BlockLayout>& layouts) const {
     const auto& b = layouts[param].blocks[block];
@@ -89,8 +109,10 @@ struct BlockState {
 template <class T>
 class ShampooBlocks {
  public:
+  // Builds the state of the blocks of scalar type T that my_rank owns; every block (owned or
+  // not) gets a place in the all-gathered update buffer.
   ShampooBlocks(const Shampoo& owner, const ParameterSet& ps, const std::vector<shampoo::BlockLayout>& layouts,
-                const ShampooOptions& o);
+                const ShampooOptions& o, const std::vector<std::vector<int>>& owners, int my_rank, int num_ranks);
 
   bool empty() const { return blocks_.empty(); }
   std::size_t num_blocks() const { return blocks_.size(); }
@@ -100,8 +122,17 @@ class ShampooBlocks {
   void accumulate(std::int64_t t, const std::vector<double>& wds);
   void amortized(std::int64_t t);
   void correct();
+  // The lr-scaled updates U = lr P of the owned blocks, into this rank's segment.
   void apply(std::int64_t t, const std::vector<double>& lrs, const std::vector<double>& base_lrs,
              const std::vector<double>& wds);
+  // Shares the segments (all-gather over the group; a copy without one) in the communication
+  // precision, then W -= U for every block.
+  void exchange(const comm::Communicator* group);
+  void write_back();
+  std::size_t all_gather_bytes(int num_ranks) const {
+    return static_cast<std::size_t>(segment_) * num_ranks *
+           (o_.communication_dtype == CommunicationDType::bfloat16 ? 2 : sizeof(T));
+  }
 
   void export_tensors(OptimizerState& s) const;
   // Throws StateError for a missing or mis-shaped entry; counts the entries it expects.
@@ -126,25 +157,44 @@ class ShampooBlocks {
   std::int64_t start_;
   std::vector<BlockState<T>> blocks_;
   std::map<std::int64_t, BankSet> banks_;
+  // Every block of type T: where its update is in the gathered buffer and where it goes in W.
+  struct Placement {
+    int param;
+    shampoo::BlockMap map;
+    std::int64_t size, position;
+  };
+  std::vector<Placement> placements_;
+  std::int64_t segment_ = 0;  // elements per rank in the all-gather (the largest rank's updates)
+  Vec<T> send_, recv_;
+  int num_ranks_              = 1;
   bool roots_ready_           = false;  // a root (or eigenbasis) has been computed: before, X = I exactly
   std::int64_t failures_kept_ = 0;
 };
 
 template <class T>
 ShampooBlocks<T>::ShampooBlocks(const Shampoo& owner, const ParameterSet& ps,
-                                const std::vector<shampoo::BlockLayout>& layouts, const ShampooOptions& o)
-    : owner_(owner), ps_(ps), layouts_(layouts), o_(o) {
+                                const std::vector<shampoo::BlockLayout>& layouts, const ShampooOptions& o,
+                                const std::vector<std::vector<int>>& owners, int my_rank, int num_ranks)
+    : owner_(owner), ps_(ps), layouts_(layouts), o_(o), num_ranks_(num_ranks) {
   b1_         = o.betas[0];
   b2_         = o.betas[1];
   b3_         = o.beta3 < 0 ? b1_ : o.beta3;
   graft_beta_ = o.grafting_beta2 >= 0 ? o.grafting_beta2 : (o.grafting == Grafting::RMSProp ? 0.99 : 0.999);
   start_      = o.start_preconditioning_step < 0 ? o.precondition_frequency : o.start_preconditioning_step;
   std::map<std::int64_t, std::int64_t> counts;
+  std::vector<std::int64_t> filled(num_ranks, 0);
   for (std::size_t i = 0; i < ps.size(); ++i) {
     if (ps[i].param.dtype != scalar_type_of<T>()) continue;
     const auto& layout = layouts[i];
     for (const auto& blk : layout.blocks) {
+      const int r = owners[i][blk.index];
+      // Offset in rank r's segment; the segment's start is added once all segments are sized.
+      placements_.push_back(
+          {static_cast<int>(i), shampoo::make_block_map(layout, blk, ps[i].param), blk.num_elements(), filled[r]});
+      filled[r] += blk.num_elements();
+      if (r != my_rank) continue;
       BlockState<T> b;
+      b.offset                = placements_.back().position;
       b.param                 = static_cast<int>(i);
       b.block                 = blk.index;
       b.map                   = shampoo::make_block_map(layout, blk, ps[i].param);
@@ -168,6 +218,18 @@ ShampooBlocks<T>::ShampooBlocks(const Shampoo& owner, const ParameterSet& ps,
       blocks_.push_back(std::move(b));
     }
   }
+  segment_ = *std::max_element(filled.begin(), filled.end());
+  {
+    // Positions in the gathered buffer: rank r's segment starts at r * segment_.
+    std::size_t k = 0;
+    for (std::size_t i = 0; i < ps.size(); ++i) {
+      if (ps[i].param.dtype != scalar_type_of<T>()) continue;
+      for (const auto& blk : layouts[i].blocks)
+        placements_[k++].position += static_cast<std::int64_t>(owners[i][blk.index]) * segment_;
+    }
+  }
+  send_ = Vec<T>("koptim::Shampoo::updates", segment_);
+  recv_ = num_ranks > 1 ? Vec<T>("koptim::Shampoo::gathered_updates", segment_ * num_ranks) : send_;
   for (const auto& c : counts) {
     BankSet s;
     s.L = Bank<T>("koptim::Shampoo::factors_" + std::to_string(c.first), c.second, c.first, c.first);
@@ -472,9 +534,8 @@ void ShampooBlocks<T>::apply(std::int64_t t, const std::vector<double>& lrs, con
     const bool mom = b.momentum.size() > 0, nesterov = o_.use_nesterov;
     const T a_ = static_cast<T>(alpha), mu = static_cast<T>(o_.momentum),
             one_minus_d = static_cast<T>(1.0 - o_.dampening), lr_ = static_cast<T>(lr);
-    const auto W   = prm.param.flat<T>();
-    const auto map = b.map;
-    const auto d   = dir;
+    const auto U = Kokkos::subview(send_, std::make_pair(b.offset, b.offset + b.size));
+    const auto d = dir;
     Kokkos::parallel_for(
         "koptim::Shampoo::update", Kokkos::RangePolicy<ExecutionSpace>(0, b.size), KOKKOS_LAMBDA(const std::int64_t e) {
           T P = d(e) + a_ * w(e);
@@ -483,8 +544,43 @@ void ShampooBlocks<T>::apply(std::int64_t t, const std::vector<double>& lrs, con
             B(e)       = Bn;
             P          = nesterov ? one_minus_d * P + mu * Bn : Bn;
           }
-          W(map(e)) = w(e) - lr_ * P;
+          U(e) = lr_ * P;
         });
+  }
+}
+
+template <class T>
+void ShampooBlocks<T>::exchange(const comm::Communicator* group) {
+  if (placements_.empty()) return;
+  if (o_.communication_dtype == CommunicationDType::bfloat16) {
+    Kokkos::View<std::uint16_t*, MemorySpace> half("koptim::Shampoo::updates_bf16", segment_);
+    const auto send = send_;
+    Kokkos::parallel_for(
+        "koptim::Shampoo::to_bf16", Kokkos::RangePolicy<ExecutionSpace>(0, segment_),
+        KOKKOS_LAMBDA(const std::int64_t i) { half(i) = comm::to_bf16(static_cast<float>(send(i))); });
+    Kokkos::View<std::uint16_t*, MemorySpace> all = half;
+    if (group != nullptr && num_ranks_ > 1) {
+      all = Kokkos::View<std::uint16_t*, MemorySpace>("koptim::Shampoo::gathered_bf16", segment_ * num_ranks_);
+      group->all_gather(Kokkos::View<const std::uint16_t*, MemorySpace>(half), all);
+    }
+    const auto recv = recv_;
+    Kokkos::parallel_for(
+        "koptim::Shampoo::from_bf16", Kokkos::RangePolicy<ExecutionSpace>(0, all.extent(0)),
+        KOKKOS_LAMBDA(const std::int64_t i) { recv(i) = static_cast<T>(comm::from_bf16(all(i))); });
+    return;
+  }
+  if (group != nullptr && num_ranks_ > 1) group->all_gather(Kokkos::View<const T*, MemorySpace>(send_), recv_);
+}
+
+template <class T>
+void ShampooBlocks<T>::write_back() {
+  for (const auto& pl : placements_) {
+    const auto W   = ps_[pl.param].param.template flat<T>();
+    const auto U   = Kokkos::subview(recv_, std::make_pair(pl.position, pl.position + pl.size));
+    const auto map = pl.map;
+    Kokkos::parallel_for(
+        "koptim::Shampoo::write_back", Kokkos::RangePolicy<ExecutionSpace>(0, pl.size),
+        KOKKOS_LAMBDA(const std::int64_t e) { W(map(e)) -= U(e); });
   }
 }
 
@@ -590,8 +686,9 @@ void ShampooBlocks<T>::import_tensors(const OptimizerState& s) {
 
 }  // namespace Impl
 
-Shampoo::Shampoo(ParameterSet params, CommonOptions common, ShampooOptions options)
-    : Optimizer("Shampoo", std::move(params), std::move(common)), options_(std::move(options)) {
+Shampoo::Shampoo(ParameterSet params, CommonOptions common, ShampooOptions options,
+                 std::shared_ptr<comm::Communicator> comm)
+    : Optimizer("Shampoo", std::move(params), std::move(common)), options_(std::move(options)), comm_(std::move(comm)) {
   const double inf = std::numeric_limits<double>::infinity();
   const auto& o    = options_;
   Impl::require_range("Shampoo", "betas[0]", o.betas[0], 0.0, 1.0, false, true);
@@ -632,9 +729,80 @@ Shampoo::Shampoo(ParameterSet params, CommonOptions common, ShampooOptions optio
   shampoo::BlockingOptions bo;
   bo.max_preconditioner_dim = o.max_preconditioner_dim;
   bo.use_merge_dims         = o.use_merge_dims;
+  if (o.num_trainers_per_group != -1 && o.num_trainers_per_group < 1) {
+    throw ConfigError("koptim::Shampoo: num_trainers_per_group = " + std::to_string(o.num_trainers_per_group) +
+                      " is not allowed; allowed: -1 (all ranks) or >= 1");
+  }
   for (const auto& p : parameters().parameters()) layouts_.push_back(shampoo::compute_block_layout(p.param.shape, bo));
-  f32_ = std::make_unique<Impl::ShampooBlocks<float>>(*this, parameters(), layouts_, options_);
-  f64_ = std::make_unique<Impl::ShampooBlocks<double>>(*this, parameters(), layouts_, options_);
+  if (comm_) {
+    // Every rank must describe the same optimizer: otherwise the block assignment and the
+    // all-gather would not match (a hang or silent garbage). Checked on every rank.
+    std::ostringstream d;
+    d.precision(17);
+    for (std::size_t i = 0; i < parameters().size(); ++i) {
+      const auto& p = parameters()[i];
+      d << p.name << ' ' << to_string(p.param.dtype) << ' ' << shape_string(p.param.shape) << ' '
+        << p.param.layout_right << ' ' << p.group << ' ' << base_lr(p.group) << ' ' << weight_decay(p.group) << ';';
+    }
+    d << common_options().lr_schedule.describe() << ';' << static_cast<int>(common_options().nonfinite_gradient) << ';'
+      << o.betas[0] << ',' << o.betas[1] << ',' << o.beta3 << ',' << o.epsilon << ',' << o.momentum << ','
+      << o.dampening << ',' << o.use_nesterov << ',' << static_cast<int>(o.weight_decay_type) << ','
+      << o.max_preconditioner_dim << ',' << o.use_merge_dims << ',' << o.precondition_frequency << ','
+      << o.start_preconditioning_step << ',' << o.use_bias_correction << ',' << static_cast<int>(o.grafting) << ','
+      << o.grafting_beta2 << ',' << o.grafting_epsilon << ',' << o.eigenvalue_corrected << ','
+      << static_cast<int>(o.root_method) << ',' << static_cast<int>(o.eigensolver) << ',' << o.pseudo_inverse << ','
+      << o.rank_rtol << ',' << o.rank_atol << ',' << o.num_tolerated_failed_amortized_computations << ','
+      << o.num_trainers_per_group << ',' << static_cast<int>(o.communication_dtype) << ','
+      << static_cast<int>(o.distributed_cost_model);
+    for (const auto& kv : o.inverse_exponent_override) d << ";o" << kv.first << '=' << kv.second;
+    for (const auto& kv : o.inverse_exponent_override_dim)
+      d << ";o" << kv.first.first << 'd' << kv.first.second << '=' << kv.second;
+    if (!comm_->same_on_all_ranks(d.str())) {
+      throw ConfigError(
+          "koptim::Shampoo: the ranks of the communicator disagree on the parameters (names, shapes, "
+          "scalar types, layouts, groups) or on the configuration; every rank must build the same "
+          "optimizer. This rank (" +
+          std::to_string(comm_->rank()) + ") has " + std::to_string(parameters().size()) +
+          " parameters: " + describe_blocks());
+    }
+    const int g = o.num_trainers_per_group == -1 ? comm_->size() : o.num_trainers_per_group;
+    group_comm_ = comm_->split_groups(g).first;
+  }
+  // The block list, its costs, and the owner of every block within the group.
+  const int ranks = group_size();
+  std::vector<double> costs;
+  const double comm_bytes_f = o.communication_dtype == CommunicationDType::bfloat16 ? 2 : 4;
+  for (std::size_t i = 0; i < layouts_.size(); ++i) {
+    const double elem = o.communication_dtype == CommunicationDType::bfloat16
+                            ? 2.0
+                            : (parameters()[i].param.dtype == ScalarType::float32 ? comm_bytes_f : 8.0);
+    for (const auto& b : layouts_[i].blocks) {
+      if (o.distributed_cost_model == DistributedCostModel::bytes) {
+        costs.push_back(std::ceil(static_cast<double>(b.num_elements()) * elem / 64.0) * 64.0);
+      } else {
+        double c = 0;
+        for (auto d : b.sizes) c += static_cast<double>(d) * d * d;
+        costs.push_back(c);
+      }
+    }
+  }
+  const auto owner = assign_blocks(costs, ranks);
+  std::size_t k    = 0;
+  for (const auto& layout : layouts_) {
+    owners_.emplace_back();
+    for (std::size_t b = 0; b < layout.blocks.size(); ++b) owners_.back().push_back(owner[k++]);
+  }
+  f32_ = std::make_unique<Impl::ShampooBlocks<float>>(*this, parameters(), layouts_, options_, owners_, group_rank(),
+                                                      ranks);
+  f64_ = std::make_unique<Impl::ShampooBlocks<double>>(*this, parameters(), layouts_, options_, owners_, group_rank(),
+                                                       ranks);
+}
+
+int Shampoo::group_rank() const { return group_comm_ ? group_comm_->rank() : 0; }
+int Shampoo::group_size() const { return group_comm_ ? group_comm_->size() : 1; }
+std::size_t Shampoo::all_gather_bytes() const {
+  if (group_size() <= 1) return 0;
+  return f32_->all_gather_bytes(group_size()) + f64_->all_gather_bytes(group_size());
 }
 
 Shampoo::~Shampoo() = default;
@@ -665,24 +833,53 @@ void Shampoo::update(std::int64_t t, const std::vector<double>& lrs) {
     wds[g]   = weight_decay(static_cast<int>(g));
     peaks[g] = base_lr(static_cast<int>(g));
   }
+  // Each rank works on its own blocks; an error on any rank stops every rank with the same message.
+  Kokkos::Timer timer;
+  auto lap = [&](double& phase) {
+    Kokkos::fence();
+    phase += timer.seconds();
+    timer.reset();
+  };
+  std::string error;
+  try {
+    {
+      Impl::ScopedRegion r("koptim::Shampoo::accumulate");
+      f32_->accumulate(t, wds);
+      f64_->accumulate(t, wds);
+      lap(times_.accumulate);
+    }
+    if ((t % f == 0 && t > s) || t == s) {
+      Impl::ScopedRegion r("koptim::Shampoo::amortized_computation");
+      f32_->amortized(t);
+      f64_->amortized(t);
+      lap(times_.amortized_computation);
+      ++times_.amortized_computations;
+    }
+    if (options_.eigenvalue_corrected) {
+      Impl::ScopedRegion r("koptim::Shampoo::eigenvalue_correction");
+      f32_->correct();
+      f64_->correct();
+      lap(times_.eigenvalue_correction);
+    }
+    Impl::ScopedRegion r("koptim::Shampoo::compute_updates");
+    f32_->apply(t, lrs, peaks, wds);
+    f64_->apply(t, lrs, peaks, wds);
+    lap(times_.compute_updates);
+  } catch (const std::exception& e) {
+    if (!group_comm_) throw;
+    error = e.what();
+  }
+  if (group_comm_) group_comm_->agree_on_error(error);
   {
-    Impl::ScopedRegion r("koptim::Shampoo::accumulate");
-    f32_->accumulate(t, wds);
-    f64_->accumulate(t, wds);
+    Impl::ScopedRegion r("koptim::Shampoo::all_gather");
+    f32_->exchange(group_comm_.get());
+    f64_->exchange(group_comm_.get());
+    lap(times_.all_gather);
   }
-  if ((t % f == 0 && t > s) || t == s) {
-    Impl::ScopedRegion r("koptim::Shampoo::amortized_computation");
-    f32_->amortized(t);
-    f64_->amortized(t);
-  }
-  if (options_.eigenvalue_corrected) {
-    Impl::ScopedRegion r("koptim::Shampoo::eigenvalue_correction");
-    f32_->correct();
-    f64_->correct();
-  }
-  Impl::ScopedRegion r("koptim::Shampoo::apply");
-  f32_->apply(t, lrs, peaks, wds);
-  f64_->apply(t, lrs, peaks, wds);
+  Impl::ScopedRegion r("koptim::Shampoo::write_back");
+  f32_->write_back();
+  f64_->write_back();
+  lap(times_.write_back);
 }
 
 void Shampoo::export_tensors(OptimizerState& s) const {

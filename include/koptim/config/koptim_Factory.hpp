@@ -33,8 +33,17 @@ Teuchos::RCP<const Teuchos::ParameterList> valid_parameters(const std::string& o
 // its default. Throws ConfigError.
 Teuchos::ParameterList validated_parameters(const Teuchos::ParameterList& list);
 
+namespace comm {
+class Communicator;
+}
+
 // Builds the optimizer the list describes over the parameters. Throws ConfigError.
 std::unique_ptr<Optimizer> create(const ParameterSet& params, const Teuchos::ParameterList& list);
+// The same over a communicator: Shampoo spreads its blocks over the ranks, the diagonal
+// optimizers shard their state when the list says shard_state = true; the others run replicated.
+// Every rank must call it with the same parameters and list.
+std::unique_ptr<Optimizer> create(const ParameterSet& params, const Teuchos::ParameterList& list,
+                                  std::shared_ptr<comm::Communicator> comm);
 
 // Reads a parameter list from an XML (.xml) or YAML (.yaml, .yml) file with Teuchos' readers.
 Teuchos::RCP<Teuchos::ParameterList> read_parameter_list(const std::string& path);

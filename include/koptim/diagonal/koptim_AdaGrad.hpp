@@ -15,11 +15,13 @@ struct AdaGradOptions {
 
 class AdaGrad : public Impl::ElementwiseOptimizer {
  public:
-  AdaGrad(ParameterSet params, CommonOptions common, AdaGradOptions options = {});
+  // With a communicator of several ranks the state is sharded (see ElementwiseOptimizer).
+  AdaGrad(ParameterSet params, CommonOptions common, AdaGradOptions options = {},
+          std::shared_ptr<comm::Communicator> comm = nullptr);
   const AdaGradOptions& options() const { return options_; }
 
  protected:
-  void update(std::int64_t t, const std::vector<double>& lrs) override;
+  void update_pieces(std::int64_t t, const std::vector<double>& lrs) override;
 
  private:
   AdaGradOptions options_;

@@ -20,12 +20,14 @@ struct AdamOptions {
 class Adam : public Impl::ElementwiseOptimizer {
  public:
   // decoupled_weight_decay = true is AdamW.
-  Adam(ParameterSet params, CommonOptions common, AdamOptions options = {}, bool decoupled_weight_decay = false);
+  // With a communicator of several ranks the state is sharded (see ElementwiseOptimizer).
+  Adam(ParameterSet params, CommonOptions common, AdamOptions options = {}, bool decoupled_weight_decay = false,
+       std::shared_ptr<comm::Communicator> comm = nullptr);
   const AdamOptions& options() const { return options_; }
   bool decoupled_weight_decay() const { return decoupled_; }
 
  protected:
-  void update(std::int64_t t, const std::vector<double>& lrs) override;
+  void update_pieces(std::int64_t t, const std::vector<double>& lrs) override;
 
  private:
   AdamOptions options_;
@@ -35,8 +37,9 @@ class Adam : public Impl::ElementwiseOptimizer {
 // AdamW: Adam with decoupled weight decay (torch default weight_decay 0.01).
 class AdamW : public Adam {
  public:
-  AdamW(ParameterSet params, CommonOptions common, AdamOptions options = {})
-      : Adam(std::move(params), std::move(common), options, true) {}
+  AdamW(ParameterSet params, CommonOptions common, AdamOptions options = {},
+        std::shared_ptr<comm::Communicator> comm = nullptr)
+      : Adam(std::move(params), std::move(common), options, true, std::move(comm)) {}
 };
 
 }  // namespace koptim

@@ -17,11 +17,13 @@ struct RMSPropOptions {
 
 class RMSProp : public Impl::ElementwiseOptimizer {
  public:
-  RMSProp(ParameterSet params, CommonOptions common, RMSPropOptions options = {});
+  // With a communicator of several ranks the state is sharded (see ElementwiseOptimizer).
+  RMSProp(ParameterSet params, CommonOptions common, RMSPropOptions options = {},
+          std::shared_ptr<comm::Communicator> comm = nullptr);
   const RMSPropOptions& options() const { return options_; }
 
  protected:
-  void update(std::int64_t t, const std::vector<double>& lrs) override;
+  void update_pieces(std::int64_t t, const std::vector<double>& lrs) override;
 
  private:
   RMSPropOptions options_;

@@ -17,11 +17,13 @@ struct SGDOptions {
 
 class SGD : public Impl::ElementwiseOptimizer {
  public:
-  SGD(ParameterSet params, CommonOptions common, SGDOptions options = {});
+  // With a communicator of several ranks the state is sharded (see ElementwiseOptimizer).
+  SGD(ParameterSet params, CommonOptions common, SGDOptions options = {},
+      std::shared_ptr<comm::Communicator> comm = nullptr);
   const SGDOptions& options() const { return options_; }
 
  protected:
-  void update(std::int64_t t, const std::vector<double>& lrs) override;
+  void update_pieces(std::int64_t t, const std::vector<double>& lrs) override;
 
  private:
   SGDOptions options_;

@@ -23,11 +23,27 @@
 
 namespace koptim {
 
+namespace comm {
+class Communicator;
+}
+
 enum class WeightDecayType { L2, decoupled, corrected, independent };
 enum class Grafting { none, SGD, AdaGrad, RMSProp, Adam };
 
+// Precision of the update all-gather: "float32" sends every update in its parameter's own
+// precision (fp32 for float parameters; so N ranks equal 1 rank bitwise), "bfloat16" rounds
+// every update to bf16 (also on one rank, so that every rank applies the same numbers).
+enum class CommunicationDType { float32, bfloat16 };
+// Cost of a block for the assignment of blocks to ranks: its update's bytes in the
+// communication precision rounded up to 64, or the sum of the cubes of its dimensions.
+enum class DistributedCostModel { bytes, cubic };
+
 const char* to_string(WeightDecayType t);
 const char* to_string(Grafting g);
+
+// Longest-processing-time scheduling: items sorted by cost (stable, largest first), each given to
+// the least-loaded rank (ties: the lowest rank). Returns the rank of every item.
+std::vector<int> assign_blocks(const std::vector<double>& costs, int num_ranks);
 
 struct ShampooOptions {
   std::array<double, 2> betas             = {0.9, 1.0};
@@ -55,6 +71,10 @@ struct ShampooOptions {
   double rank_rtol                                = 0.0;
   double rank_atol                                = 0.0;
   int num_tolerated_failed_amortized_computations = 3;
+  // Distribution (with a communicator): ranks per group sharing the work (-1: all); groups replicate.
+  int num_trainers_per_group                  = -1;
+  CommunicationDType communication_dtype      = CommunicationDType::float32;
+  DistributedCostModel distributed_cost_model = DistributedCostModel::bytes;
 };
 
 namespace Impl {
@@ -64,7 +84,12 @@ class ShampooBlocks;
 
 class Shampoo : public Optimizer {
  public:
-  Shampoo(ParameterSet params, CommonOptions common, ShampooOptions options = {});
+  // Without a communicator (or with one rank) every block is computed here. With one, the
+  // ranks of each group of num_trainers_per_group ranks share the blocks (each keeps the state of
+  // its own blocks only) and one all-gather per step shares their updates. Every rank must build
+  // the optimizer with the same parameters and configuration (checked: ConfigError on every rank).
+  Shampoo(ParameterSet params, CommonOptions common, ShampooOptions options = {},
+          std::shared_ptr<comm::Communicator> comm = nullptr);
   ~Shampoo() override;
 
   const ShampooOptions& options() const { return options_; }
@@ -81,6 +106,22 @@ class Shampoo : public Optimizer {
   // The exponent a of dimension dim of a block of the given order.
   double inverse_exponent(int order, int dim) const;
 
+  // The rank (in this rank's group) that computes a block, and this rank's place in its group.
+  int block_owner(int param, std::size_t block) const { return owners_[param][block]; }
+  int group_rank() const;
+  int group_size() const;
+  // Bytes of updates every rank receives per step in the all-gather (0 without distribution).
+  std::size_t all_gather_bytes() const;
+
+  // Seconds spent in each phase of step() on this rank since construction (each phase ends with
+  // a fence, so device work is counted where it runs).
+  struct PhaseTimes {
+    double accumulate = 0, amortized_computation = 0, eigenvalue_correction = 0, compute_updates = 0, all_gather = 0,
+           write_back                   = 0;
+    std::int64_t amortized_computations = 0;
+  };
+  const PhaseTimes& phase_times() const { return times_; }
+
  protected:
   void update(std::int64_t t, const std::vector<double>& lrs) override;
   void export_tensors(OptimizerState& state) const override;
@@ -90,6 +131,9 @@ class Shampoo : public Optimizer {
  private:
   ShampooOptions options_;
   std::vector<shampoo::BlockLayout> layouts_;
+  std::shared_ptr<comm::Communicator> comm_, group_comm_;
+  std::vector<std::vector<int>> owners_;
+  PhaseTimes times_;
   std::unique_ptr<Impl::ShampooBlocks<float>> f32_;
   std::unique_ptr<Impl::ShampooBlocks<double>> f64_;
 };

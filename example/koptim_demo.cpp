@@ -1,6 +1,6 @@
 // koptim's demo: fits a linear model Y = X W + b to data made from a known W*, b* with each
 // diagonal optimizer, configured from the parameter-list files in example/configs/, and prints
-// the loss and the distance to the known solution.
+// the loss and the distance to the known solution; then Shampoo and Gefen on the same problem.
 //
 //   koptim_demo                      all optimizers, 300 steps each
 //   koptim_demo --config my.yaml     one optimizer from a file (.yaml, .yml or .xml)
@@ -92,8 +92,7 @@ void train(const Problem& p, const std::string& config, int steps) {
   params.add("linear.weight", W, dW);
   params.add("linear.bias", b, db, no_decay);
   auto opt = koptim::create(params, *koptim::read_parameter_list(config));
-  std::printf("\n%s from %s: %zu bytes of optimizer state for %lld parameters\n", opt->name().c_str(), config.c_str(),
-              opt->state_bytes(), static_cast<long long>(params.num_elements()));
+  std::printf("\n%s from %s\n", opt->name().c_str(), config.c_str());
   std::printf("%8s %14s %12s %14s\n", "step", "loss", "lr", "|W-W*|/|W*|");
   for (int s = 1; s <= steps; ++s) {
     const double lr   = opt->lr();
@@ -102,6 +101,8 @@ void train(const Problem& p, const std::string& config, int steps) {
     if (s == 1 || s % (steps / 6) == 0 || s == steps)
       std::printf("%8d %14.6e %12.4e %14.6e\n", s, loss, lr, distance(W, p.W_true));
   }
+  std::printf("%zu bytes of optimizer state for %lld parameters\n", opt->state_bytes(),
+              static_cast<long long>(params.num_elements()));
 }
 
 }  // namespace
@@ -130,7 +131,8 @@ int main(int argc, char** argv) {
       koptim::print_parameter_reference(std::cout);
     } else {
       if (configs.empty()) {
-        for (const char* f : {"sgd.yaml", "adagrad.yaml", "rmsprop.yaml", "adam.yaml", "adamw.xml"})
+        for (const char* f :
+             {"sgd.yaml", "adagrad.yaml", "rmsprop.yaml", "adam.yaml", "adamw.xml", "shampoo.yaml", "gefen.yaml"})
           configs.push_back(std::string(KOPTIM_EXAMPLE_CONFIG_DIR) + "/" + f);
       }
       std::printf("koptim %s (Kokkos %d, execution space %s): fitting Y = X W + b, X 512x32, W 32x8\n",

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <sstream>
+#include <type_traits>
 
 namespace koptim {
 
@@ -42,9 +43,25 @@ std::pair<std::int64_t, std::int64_t> count_nonfinite(const TensorRef& t) {
     using T          = decltype(zero);
     const auto x     = t.flat<T>();
     std::int64_t bad = 0;
-    Kokkos::parallel_reduce(
-        "koptim::check_finite", Kokkos::RangePolicy<ExecutionSpace>(0, t.size),
-        KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& n) { n += is_finite(x(i)) ? 0 : 1; }, bad);
+    if (std::is_same<ExecutionSpace::memory_space, Kokkos::HostSpace>::value) {
+      // On CPUs, contiguous chunks with a small inner count vectorize and stream well (about
+      // twice the rate of one reduction step per element).
+      constexpr std::int64_t chunk = 64;
+      const std::int64_t n = t.size, chunks = (n + chunk - 1) / chunk;
+      Kokkos::parallel_reduce(
+          "koptim::check_finite", Kokkos::RangePolicy<ExecutionSpace>(0, chunks),
+          KOKKOS_LAMBDA(const std::int64_t c, std::int64_t& acc) {
+            const std::int64_t lo = c * chunk, hi = lo + chunk < n ? lo + chunk : n;
+            int k = 0;
+            for (std::int64_t i = lo; i < hi; ++i) k += is_finite(x(i)) ? 0 : 1;
+            acc += k;
+          },
+          bad);
+    } else {
+      Kokkos::parallel_reduce(
+          "koptim::check_finite", Kokkos::RangePolicy<ExecutionSpace>(0, t.size),
+          KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& n) { n += is_finite(x(i)) ? 0 : 1; }, bad);
+    }
     std::int64_t first = -1;
     if (bad > 0) {
       // Rare path: locate the first offending entry for the error message.

@@ -5,6 +5,8 @@
 //
 //   mpiexec -n 1 ./koptim_perf_distributed --benchmark_format=json --benchmark_out=np1.json
 //   mpiexec -n 2 --oversubscribe ./koptim_perf_distributed --benchmark_format=json --benchmark_out=np2.json
+#include "koptim_PerfModels.hpp"
+
 #include <koptim/koptim.hpp>
 
 #include <benchmark/benchmark.h>
@@ -17,23 +19,8 @@ namespace {
 void BM_ShampooMlp(benchmark::State& state) {
   const int width = static_cast<int>(state.range(0));
   const bool bf16 = state.range(1) != 0;
-  std::vector<Kokkos::View<float**>> W, dW;
-  std::vector<Kokkos::View<float*>> b, db;
-  koptim::ParameterSet params;
-  std::mt19937 rng(3);
-  std::normal_distribution<float> normal;
-  for (int l = 0; l < 4; ++l) {
-    W.emplace_back("W", width, width), dW.emplace_back("dW", width, width);
-    b.emplace_back("b", width), db.emplace_back("db", width);
-    for (auto v : {W.back(), dW.back()}) {
-      auto h = Kokkos::create_mirror_view(v);
-      for (std::size_t i = 0; i < h.span(); ++i) h.data()[i] = 0.01f * normal(rng);
-      Kokkos::deep_copy(v, h);
-    }
-    Kokkos::deep_copy(db.back(), 0.01f);
-    params.add("layer" + std::to_string(l) + ".weight", W.back(), dW.back());
-    params.add("layer" + std::to_string(l) + ".bias", b.back(), db.back());
-  }
+  koptim_perf::Mlp mlp(width);
+  const auto& params = mlp.params;
   Teuchos::ParameterList list;
   list.set("optimizer", std::string("Shampoo"));
   list.set("grafting", std::string("Adam"));

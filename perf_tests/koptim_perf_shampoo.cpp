@@ -5,6 +5,8 @@
 //   LAPACK paths) beside a loop of ssyevd;
 // - one step() of Shampoo (precondition_frequency 1 and 100) and of AdamW on a 4-layer MLP
 //   parameter set of width 1024 (4 x (1024x1024 + 1024) parameters), with state_bytes/parameter.
+#include "koptim_PerfModels.hpp"
+
 #include <koptim/koptim.hpp>
 #include <koptim/linalg/koptim_Eigensolver.hpp>
 #include <koptim/linalg/koptim_MatrixRoot.hpp>
@@ -165,23 +167,8 @@ void BM_BatchedInverseRoot_256x64(benchmark::State& state) {
 // The 4-layer MLP parameter set; method 0 AdamW, 1 Shampoo frequency 1, 2 Shampoo frequency 100.
 void BM_MlpStep(benchmark::State& state) {
   const int width = static_cast<int>(state.range(1));
-  std::vector<Kokkos::View<float**>> W, dW;
-  std::vector<Kokkos::View<float*>> b, db;
-  koptim::ParameterSet params;
-  std::mt19937 rng(3);
-  std::normal_distribution<float> normal;
-  for (int l = 0; l < 4; ++l) {
-    W.emplace_back("W", width, width), dW.emplace_back("dW", width, width);
-    b.emplace_back("b", width), db.emplace_back("db", width);
-    for (auto v : {W.back(), dW.back()}) {
-      auto h = Kokkos::create_mirror_view(v);
-      for (std::size_t i = 0; i < h.span(); ++i) h.data()[i] = 0.01f * normal(rng);
-      Kokkos::deep_copy(v, h);
-    }
-    Kokkos::deep_copy(db.back(), 0.01f);
-    params.add("layer" + std::to_string(l) + ".weight", W.back(), dW.back());
-    params.add("layer" + std::to_string(l) + ".bias", b.back(), db.back());
-  }
+  koptim_perf::Mlp mlp(width);
+  const auto& params = mlp.params;
   Teuchos::ParameterList list;
   const int method = static_cast<int>(state.range(0));
   if (method == 0) {

@@ -86,7 +86,8 @@ TEST(Config, RejectsMissingOrUnknownOptimizer) {
   Teuchos::ParameterList l("koptim");
   expect_contains(config_error(l), {"no key 'optimizer'", "AdamW"});
   l.set("optimizer", std::string("Adamax"));
-  expect_contains(config_error(l), {"unknown optimizer 'Adamax'", "allowed: SGD, AdaGrad, RMSProp, Adam, AdamW, Shampoo"});
+  expect_contains(config_error(l),
+                  {"unknown optimizer 'Adamax'", "allowed: SGD, AdaGrad, RMSProp, Adam, AdamW, Shampoo"});
   l.set("optimizer", 3);
   expect_contains(config_error(l), {"key 'optimizer' = 3 must be a string"});
 }

@@ -3,6 +3,8 @@
 // spec's published eigenvalues, and each other on random symmetric matrices.
 #include <koptim/linalg/koptim_Eigensolver.hpp>
 
+#include "koptim_TestDense.hpp"
+
 #include <gtest/gtest.h>
 
 #include <Kokkos_Core.hpp>
@@ -23,30 +25,10 @@ using koptim::linalg::eigh_info_not_converged;
 using koptim::linalg::eigh_lapack;
 using koptim::linalg::JacobiOptions;
 
-// Row-major dense matrix on the host, double, for building inputs and references.
-struct Dense {
-  int n = 0;
-  std::vector<double> a;
-  explicit Dense(int n_) : n(n_), a(static_cast<std::size_t>(n_) * n_, 0.0) {}
-  double& operator()(int i, int j) { return a[static_cast<std::size_t>(i) * n + j]; }
-  double operator()(int i, int j) const { return a[static_cast<std::size_t>(i) * n + j]; }
-};
-
-Dense tridiagonal(int n) {
-  Dense A(n);
-  for (int i = 0; i < n; ++i) {
-    A(i, i) = 2.0;
-    if (i + 1 < n) A(i, i + 1) = A(i + 1, i) = -1.0;
-  }
-  return A;
-}
-
-// Eigenpair k (0-based, ascending) of tridiagonal(n): 2 - 2 cos((k+1) pi / (n+1)) and the unit
-// vector sqrt(2/(n+1)) sin((j+1)(k+1) pi / (n+1)).
-double tridiagonal_eigenvalue(int n, int k) { return 2.0 - 2.0 * std::cos((k + 1) * M_PI / (n + 1)); }
-double tridiagonal_vector(int n, int j, int k) {
-  return std::sqrt(2.0 / (n + 1)) * std::sin((j + 1) * (k + 1) * M_PI / (n + 1));
-}
+using koptim_test::Dense;
+using koptim_test::tridiagonal;
+using koptim_test::tridiagonal_eigenvalue;
+using koptim_test::tridiagonal_vector;
 
 Dense random_symmetric(int n, std::mt19937& gen, double diag_shift) {
   std::uniform_real_distribution<double> u(-1.0, 1.0);
@@ -58,21 +40,8 @@ Dense random_symmetric(int n, std::mt19937& gen, double diag_shift) {
   return A;
 }
 
-// G G^T + n I / 4 with G uniform: symmetric positive definite, eigenvalues generically apart.
-Dense random_spd(int n, std::mt19937& gen) {
-  std::uniform_real_distribution<double> u(-1.0, 1.0);
-  Dense G(n), A(n);
-  for (auto& x : G.a) x = u(gen);
-  for (int i = 0; i < n; ++i) {
-    for (int j = 0; j < n; ++j) {
-      double s = 0;
-      for (int k = 0; k < n; ++k) s += G(i, k) * G(j, k);
-      A(i, j) = s;
-    }
-    A(i, i) += 0.25 * n;
-  }
-  return A;
-}
+// G G^T + n I / 4: symmetric positive definite, eigenvalues generically apart.
+Dense random_spd(int n, std::mt19937& gen) { return koptim_test::random_spd(n, gen, 1.0, 0.25 * n); }
 
 template <class T>
 double tol_of() {

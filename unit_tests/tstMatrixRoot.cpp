@@ -4,6 +4,8 @@
 // the eigendecomposition.
 #include <koptim/linalg/koptim_MatrixRoot.hpp>
 
+#include "koptim_TestDense.hpp"
+
 #include <gtest/gtest.h>
 
 #include <Kokkos_Core.hpp>
@@ -25,13 +27,8 @@ using koptim::linalg::RootInfo;
 using koptim::linalg::RootMethod;
 using koptim::linalg::RootStatus;
 
-struct Dense {
-  int n = 0;
-  std::vector<double> a;
-  explicit Dense(int n_) : n(n_), a(static_cast<std::size_t>(n_) * n_, 0.0) {}
-  double& operator()(int i, int j) { return a[static_cast<std::size_t>(i) * n + j]; }
-  double operator()(int i, int j) const { return a[static_cast<std::size_t>(i) * n + j]; }
-};
+using koptim_test::Dense;
+using koptim_test::tridiagonal;
 
 Dense identity(int n, double c = 1.0) {
   Dense I(n);
@@ -63,40 +60,21 @@ Dense reflector(const std::vector<double>& v) {
   return H;
 }
 
-// The [-1,2,-1] tridiagonal matrix and its orthonormal sine eigenvectors.
-Dense tridiagonal(int n) {
-  Dense A(n);
-  for (int i = 0; i < n; ++i) {
-    A(i, i) = 2.0;
-    if (i + 1 < n) A(i, i + 1) = A(i + 1, i) = -1.0;
-  }
-  return A;
-}
+// The orthonormal sine eigenvectors of the [-1,2,-1] tridiagonal matrix.
 Dense sine_basis(int n) {
   Dense S(n);
   for (int j = 0; j < n; ++j)
-    for (int k = 0; k < n; ++k) S(j, k) = std::sqrt(2.0 / (n + 1)) * std::sin((j + 1) * (k + 1) * M_PI / (n + 1));
+    for (int k = 0; k < n; ++k) S(j, k) = koptim_test::tridiagonal_vector(n, j, k);
   return S;
 }
 std::vector<double> tridiagonal_spectrum(int n) {
   std::vector<double> w(n);
-  for (int k = 0; k < n; ++k) w[k] = 2.0 - 2.0 * std::cos((k + 1) * M_PI / (n + 1));
+  for (int k = 0; k < n; ++k) w[k] = koptim_test::tridiagonal_eigenvalue(n, k);
   return w;
 }
 
-Dense random_spd(int n, std::mt19937& gen) {
-  // G G^T / n + I: eigenvalues in about [1, 5], well conditioned.
-  std::uniform_real_distribution<double> u(-1.0, 1.0);
-  Dense G(n), A(n);
-  for (auto& x : G.a) x = u(gen);
-  for (int i = 0; i < n; ++i)
-    for (int j = 0; j < n; ++j) {
-      double s = 0;
-      for (int k = 0; k < n; ++k) s += G(i, k) * G(j, k);
-      A(i, j) = s / n + (i == j ? 1.0 : 0.0);
-    }
-  return A;
-}
+// G G^T / n + I: eigenvalues in about [1, 5], well conditioned.
+Dense random_spd(int n, std::mt19937& gen) { return koptim_test::random_spd(n, gen, n, 1.0); }
 
 double rel_fro_error(const Dense& X, const Dense& R) {
   double num = 0, den = 0;

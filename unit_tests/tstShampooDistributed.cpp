@@ -3,6 +3,7 @@
 // within its rounding bound, the block assignment and the memory per rank, and the safety rules
 // (ranks that disagree, an error on one rank).
 #include "koptim_TestData.hpp"
+#include "koptim_TestMpi.hpp"
 #include "koptim_TestTensor.hpp"
 
 #include <koptim/koptim.hpp>
@@ -16,10 +17,7 @@ namespace {
 
 using koptim_test::TestTensor;
 
-std::shared_ptr<koptim::comm::Communicator> world() {
-  static auto c = koptim::comm::Communicator::create(MPI_COMM_WORLD);
-  return c;
-}
+using koptim_test::world;
 
 // An MLP-like set: two matrices (one split into blocks), a bias, a conv kernel; float.
 struct Model {

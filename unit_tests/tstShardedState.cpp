@@ -2,6 +2,7 @@
 // slice of the parameters; N ranks give parameters bitwise equal to one process, memory per rank
 // falls as 1/N, and ranks that disagree fail on every rank.
 #include "koptim_TestData.hpp"
+#include "koptim_TestMpi.hpp"
 #include "koptim_TestTensor.hpp"
 
 #include <koptim/koptim.hpp>
@@ -13,10 +14,7 @@ namespace {
 
 using koptim_test::TestTensor;
 
-std::shared_ptr<koptim::comm::Communicator> world() {
-  static auto c = koptim::comm::Communicator::create(MPI_COMM_WORLD);
-  return c;
-}
+using koptim_test::world;
 
 struct Model {
   TestTensor<float> a{{17, 5}, "a"}, c{{3, 4, 2}, "c"};

@@ -1,6 +1,6 @@
 // The Communicator base (ownership of the duplicated MPI communicator, the host control plane)
 // and the MPI backend of the data plane.
-#include <koptim/comm/koptim_Communicator.hpp>
+#include <koptim/comm/impl/koptim_TypedCommunicator.hpp>
 #include <koptim/core/koptim_Profiling.hpp>
 
 #include <koptim_config.hpp>
@@ -62,24 +62,12 @@ std::string contiguity_error(const char* call, const char* arg, const View& v) {
 // The MPI data plane. Host memory (and device memory under CUDA-aware MPI) goes to MPI as it is;
 // otherwise it is staged through host copies, because a non-CUDA-aware MPI would read a device
 // pointer as a host address.
-class MpiCommunicator final : public Communicator {
- public:
-  explicit MpiCommunicator(MPI_Comm dup) : Communicator(dup, Backend::mpi) {}
+class MpiCommunicator final : public koptim::Impl::TypedCommunicator<MpiCommunicator> {
+  friend class koptim::Impl::TypedCommunicator<MpiCommunicator>;
 
-  void all_reduce_sum(const Kokkos::View<float*, MemorySpace>& data) const override { reduce(data); }
-  void all_reduce_sum(const Kokkos::View<double*, MemorySpace>& data) const override { reduce(data); }
-  void all_gather(const Kokkos::View<const float*, MemorySpace>& send,
-                  const Kokkos::View<float*, MemorySpace>& recv) const override {
-    gather(send, recv);
-  }
-  void all_gather(const Kokkos::View<const double*, MemorySpace>& send,
-                  const Kokkos::View<double*, MemorySpace>& recv) const override {
-    gather(send, recv);
-  }
-  void all_gather(const Kokkos::View<const std::uint16_t*, MemorySpace>& send,
-                  const Kokkos::View<std::uint16_t*, MemorySpace>& recv) const override {
-    gather(send, recv);
-  }
+ public:
+  explicit MpiCommunicator(MPI_Comm dup) : TypedCommunicator(dup, Backend::mpi) {}
+
 
  private:
   bool direct() const { return host_accessible || mpi_is_cuda_aware(); }

@@ -5,7 +5,7 @@
 // Compiled into koptim only when CMake finds NCCL and Kokkos has CUDA. A build without a CUDA
 // Kokkos compiles this file only as a check (the test koptim_nccl_compile); then the default
 // stream is used and the Views must hold device pointers (the test wraps cudaMalloc'ed memory).
-#include <koptim/comm/koptim_Communicator.hpp>
+#include <koptim/comm/impl/koptim_TypedCommunicator.hpp>
 #include <koptim/core/koptim_Profiling.hpp>
 
 #include <cuda_runtime.h>
@@ -71,9 +71,11 @@ class NcclComm {
   ncclComm_t comm_ = nullptr;
 };
 
-class NcclCommunicator final : public Communicator {
+class NcclCommunicator final : public koptim::Impl::TypedCommunicator<NcclCommunicator> {
+  friend class koptim::Impl::TypedCommunicator<NcclCommunicator>;
+
  public:
-  explicit NcclCommunicator(MPI_Comm dup) : Communicator(dup, Backend::nccl) {
+  explicit NcclCommunicator(MPI_Comm dup) : TypedCommunicator(dup, Backend::nccl) {
     // Rank 0 makes the id; a failure there must reach every rank before anyone blocks in
     // ncclCommInitRank, so the id travels with an error message (empty when fine).
     ncclUniqueId id{};
@@ -90,20 +92,6 @@ class NcclCommunicator final : public Communicator {
                                      : std::string("ncclCommInitRank failed: ") + ncclGetErrorString(rc));
   }
 
-  void all_reduce_sum(const Kokkos::View<float*, MemorySpace>& data) const override { reduce(data); }
-  void all_reduce_sum(const Kokkos::View<double*, MemorySpace>& data) const override { reduce(data); }
-  void all_gather(const Kokkos::View<const float*, MemorySpace>& send,
-                  const Kokkos::View<float*, MemorySpace>& recv) const override {
-    gather(send, recv);
-  }
-  void all_gather(const Kokkos::View<const double*, MemorySpace>& send,
-                  const Kokkos::View<double*, MemorySpace>& recv) const override {
-    gather(send, recv);
-  }
-  void all_gather(const Kokkos::View<const std::uint16_t*, MemorySpace>& send,
-                  const Kokkos::View<std::uint16_t*, MemorySpace>& recv) const override {
-    gather(send, recv);
-  }
 
  private:
   template <class T>

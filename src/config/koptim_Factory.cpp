@@ -80,6 +80,15 @@ std::shared_ptr<comm::Communicator> sharding(const ParameterList& l, std::shared
   return l.get<bool>("shard_state") ? std::move(comm) : nullptr;
 }
 
+AdamOptions adam_options(const ParameterList& l) {
+  AdamOptions o;
+  const auto& b = l.get<Teuchos::Array<double>>("betas");
+  o.betas       = {b[0], b[1]};
+  o.eps         = l.get<double>("eps");
+  o.amsgrad     = l.get<bool>("amsgrad");
+  return o;
+}
+
 void add_adam_keys(ParameterList& l) {
   Teuchos::Array<double> betas(2);
   betas[0] = 0.9;
@@ -231,12 +240,7 @@ const std::vector<Entry>& entries() {
        {},
        [](const ParameterSet& p, const CommonOptions& c, const ParameterList& l,
           std::shared_ptr<comm::Communicator> comm) -> std::unique_ptr<Optimizer> {
-         AdamOptions o;
-         const auto& b = l.get<Teuchos::Array<double>>("betas");
-         o.betas       = {b[0], b[1]};
-         o.eps         = l.get<double>("eps");
-         o.amsgrad     = l.get<bool>("amsgrad");
-         return std::make_unique<Adam>(p, c, o, false, sharding(l, comm));
+         return std::make_unique<Adam>(p, c, adam_options(l), false, sharding(l, comm));
        }},
       {"AdamW",
        "Adam with decoupled weight decay (torch.optim.AdamW).",
@@ -248,12 +252,7 @@ const std::vector<Entry>& entries() {
        {},
        [](const ParameterSet& p, const CommonOptions& c, const ParameterList& l,
           std::shared_ptr<comm::Communicator> comm) -> std::unique_ptr<Optimizer> {
-         AdamOptions o;
-         const auto& b = l.get<Teuchos::Array<double>>("betas");
-         o.betas       = {b[0], b[1]};
-         o.eps         = l.get<double>("eps");
-         o.amsgrad     = l.get<bool>("amsgrad");
-         return std::make_unique<AdamW>(p, c, o, sharding(l, comm));
+         return std::make_unique<AdamW>(p, c, adam_options(l), sharding(l, comm));
        }},
       {"Shampoo",
        "Distributed Shampoo (single process): block-diagonal Kronecker-factored preconditioning with grafting.",

@@ -22,6 +22,34 @@ std::vector<std::string> rmsprop_slots(const RMSPropOptions& o) {
   return s;
 }
 
+template <bool Decay, bool Centered, bool Momentum, class W, class G, class V, class T>
+void rmsprop_kernel(const W& w, const G& g, const V& a, const V& m, const V& b, T lr_, T wd_, T alpha,
+                    T one_minus_alpha, T eps, T mu) {
+  Kokkos::parallel_for(
+      "koptim::RMSProp::update", Kokkos::RangePolicy<ExecutionSpace>(0, w.extent(0)),
+      KOKKOS_LAMBDA(const std::int64_t i) {
+        T d = g(i);
+        if (Decay) d = Impl::add_scaled(d, wd_, w(i));
+        const T ai = Impl::ema_square(a(i), d, alpha, one_minus_alpha);
+        a(i)       = ai;
+        T denom;
+        if (Centered) {
+          const T mi = Impl::lerp(m(i), d, one_minus_alpha);
+          m(i)       = mi;
+          denom      = Impl::sqrt(ai + (-mi) * mi) + eps;
+        } else {
+          denom = Impl::sqrt(ai) + eps;
+        }
+        if (Momentum) {
+          const T bi = b(i) * mu + d / denom;
+          b(i)       = bi;
+          w(i)       = Impl::add_scaled(w(i), -lr_, bi);
+        } else {
+          w(i) = w(i) + (-lr_ * d) / denom;
+        }
+      });
+}
+
 template <class W, class G>
 void rmsprop_update(const W& w, const G& g, const Impl::Buffer& sq, const Impl::Buffer* mom, const Impl::Buffer* avg,
                     double lr, double wd, const RMSPropOptions& o) {
@@ -32,31 +60,14 @@ void rmsprop_update(const W& w, const G& g, const Impl::Buffer& sq, const Impl::
   if (avg) m = avg->view<T>();
   const T lr_ = static_cast<T>(lr), wd_ = static_cast<T>(wd), alpha = static_cast<T>(o.alpha),
           one_minus_alpha = static_cast<T>(1.0 - o.alpha), eps = static_cast<T>(o.eps), mu = static_cast<T>(o.momentum);
-  const bool decay = wd != 0.0, momentum = mom != nullptr, centered = avg != nullptr;
-  Kokkos::parallel_for(
-      "koptim::RMSProp::update", Kokkos::RangePolicy<ExecutionSpace>(0, w.extent(0)),
-      KOKKOS_LAMBDA(const std::int64_t i) {
-        T d = g(i);
-        if (decay) d = Impl::add_scaled(d, wd_, w(i));
-        const T ai = Impl::ema_square(a(i), d, alpha, one_minus_alpha);
-        a(i)       = ai;
-        T denom;
-        if (centered) {
-          const T mi = Impl::lerp(m(i), d, one_minus_alpha);
-          m(i)       = mi;
-          denom      = Impl::sqrt(ai + (-mi) * mi) + eps;
-        } else {
-          denom = Impl::sqrt(ai) + eps;
-        }
-        if (momentum) {
-          const T bi = b(i) * mu + d / denom;
-          b(i)       = bi;
-          w(i)       = Impl::add_scaled(w(i), -lr_, bi);
-        } else {
-          w(i) = w(i) + (-lr_ * d) / denom;
-        }
-      });
+  Impl::with_flags(
+      [&](auto decay, auto centered, auto momentum) {
+        rmsprop_kernel<decltype(decay)::value, decltype(centered)::value, decltype(momentum)::value>(
+            w, g, a, m, b, lr_, wd_, alpha, one_minus_alpha, eps, mu);
+      },
+      wd != 0.0, avg != nullptr, mom != nullptr);
 }
+
 }  // namespace
 
 RMSProp::RMSProp(ParameterSet params, CommonOptions common, RMSPropOptions options,

@@ -19,6 +19,21 @@ std::vector<std::string> sgd_slots(const SGDOptions& o) {
   return o.momentum != 0.0 ? std::vector<std::string>{"momentum_buffer"} : std::vector<std::string>{};
 }
 
+template <bool Decay, bool Momentum, bool Nesterov, bool First, class W, class G, class B, class T>
+void sgd_kernel(const W& w, const G& g, const B& b, T lr_, T wd_, T mu, T one_minus_d) {
+  Kokkos::parallel_for(
+      "koptim::SGD::update", Kokkos::RangePolicy<ExecutionSpace>(0, w.extent(0)), KOKKOS_LAMBDA(const std::int64_t i) {
+        T d = g(i);
+        if (Decay) d = Impl::add_scaled(d, wd_, w(i));
+        if (Momentum) {
+          const T bi = First ? d : Impl::add_scaled(b(i) * mu, one_minus_d, d);
+          b(i)       = bi;
+          d          = Nesterov ? Impl::add_scaled(d, mu, bi) : bi;
+        }
+        w(i) = Impl::add_scaled(w(i), -lr_, d);
+      });
+}
+
 template <class W, class G>
 void sgd_update(const W& w, const G& g, const Impl::Buffer* buf, bool first, double lr, double wd,
                 const SGDOptions& o) {
@@ -27,19 +42,14 @@ void sgd_update(const W& w, const G& g, const Impl::Buffer* buf, bool first, dou
   if (buf) b = buf->view<T>();
   const T lr_ = static_cast<T>(lr), wd_ = static_cast<T>(wd), mu = static_cast<T>(o.momentum),
           one_minus_d = static_cast<T>(1.0 - o.dampening);
-  const bool nesterov = o.nesterov, decay = wd != 0.0, momentum = buf != nullptr;
-  Kokkos::parallel_for(
-      "koptim::SGD::update", Kokkos::RangePolicy<ExecutionSpace>(0, w.extent(0)), KOKKOS_LAMBDA(const std::int64_t i) {
-        T d = g(i);
-        if (decay) d = Impl::add_scaled(d, wd_, w(i));
-        if (momentum) {
-          const T bi = first ? d : Impl::add_scaled(b(i) * mu, one_minus_d, d);
-          b(i)       = bi;
-          d          = nesterov ? Impl::add_scaled(d, mu, bi) : bi;
-        }
-        w(i) = Impl::add_scaled(w(i), -lr_, d);
-      });
+  Impl::with_flags(
+      [&](auto decay, auto momentum, auto nesterov, auto first_use) {
+        sgd_kernel<decltype(decay)::value, decltype(momentum)::value, decltype(nesterov)::value,
+                   decltype(first_use)::value>(w, g, b, lr_, wd_, mu, one_minus_d);
+      },
+      wd != 0.0, buf != nullptr, o.nesterov, first);
 }
+
 }  // namespace
 
 SGD::SGD(ParameterSet params, CommonOptions common, SGDOptions options, std::shared_ptr<comm::Communicator> comm)

@@ -7,8 +7,25 @@
 
 #include <koptim/core/koptim_Math.hpp>
 
+#include <type_traits>
+
 namespace koptim {
 namespace Impl {
+
+// Calls f(std::integral_constant<bool, b>...) for run-time flags b, so kernels branch at compile
+// time: a loop with run-time branches inside does not vectorize.
+template <class F>
+void with_flags(F&& f) {
+  f();
+}
+template <class F, class... Flags>
+void with_flags(F&& f, bool b, Flags... rest) {
+  if (b) {
+    with_flags([&](auto... c) { f(std::true_type{}, c...); }, rest...);
+  } else {
+    with_flags([&](auto... c) { f(std::false_type{}, c...); }, rest...);
+  }
+}
 
 // a + alpha * b (torch: a.add(b, alpha=alpha)).
 template <class T>

@@ -192,14 +192,15 @@ Kokkos::View<int*, typename LView::memory_space> classify(const ExecSpace& space
 // X(idx[g]) = Y(g) for every g with ok(g) != 0 (Y may be of another precision).
 template <class ExecSpace, class XView, class YView, class IdxView, class OkView>
 void scatter_roots(const ExecSpace& space, const XView& X, const YView& Y, const IdxView& idx, const OkView& ok) {
-  using T      = typename XView::non_const_value_type;
-  const int m  = static_cast<int>(Y.extent(0));
-  const int n  = static_cast<int>(Y.extent(1));
-  const int nn = n * n;
+  using T     = typename XView::non_const_value_type;
+  const int m = static_cast<int>(Y.extent(0));
+  const int n = static_cast<int>(Y.extent(1));
+  // MDRange rather than a flat index: no integer division per element (a large share of the
+  // root's time at n = 1024 otherwise).
   Kokkos::parallel_for(
-      "koptim::linalg::scatter_roots", Kokkos::RangePolicy<ExecSpace>(space, 0, m * nn), KOKKOS_LAMBDA(const int t) {
-        const int g = t / nn, r = t % nn;
-        if (ok(g) != 0) X(idx(g), r / n, r % n) = static_cast<T>(Y(g, r / n, r % n));
+      "koptim::linalg::scatter_roots", Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<3>>(space, {0, 0, 0}, {m, n, n}),
+      KOKKOS_LAMBDA(const int g, const int i, const int j) {
+        if (ok(g) != 0) X(idx(g), i, j) = static_cast<T>(Y(g, i, j));
       });
 }
 
@@ -216,9 +217,9 @@ void check_finite(const ExecSpace& space, const YView& Y, const OkView& ok) {
         if (ok(g) == 0) return;
         int bad = 0;
         Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, n * n),
-            [&](const int t, int& cnt) {
-              if (!koptim::Impl::is_finite(Y(g, t / n, t % n))) ++cnt;
+            Kokkos::TeamThreadRange(team, n),
+            [&](const int i, int& cnt) {
+              for (int j = 0; j < n; ++j) cnt += koptim::Impl::is_finite(Y(g, i, j)) ? 0 : 1;
             },
             bad);
         Kokkos::single(Kokkos::PerTeam(team), [&]() {
@@ -321,7 +322,6 @@ EigenOutcome eigen_roots(const ExecSpace& space, const LView& L, const XView& X,
   using Member = typename Policy::member_type;
   const int m  = static_cast<int>(which.size());
   const int n  = static_cast<int>(L.extent(1));
-  const int nn = n * n;
   EigenOutcome out;
   auto idx = to_device<Mem>(which, "koptim::linalg::eigen_idx");
 
@@ -329,8 +329,8 @@ EigenOutcome eigen_roots(const ExecSpace& space, const LView& L, const XView& X,
   Batch2<Tw, Mem> E(Kokkos::view_alloc(Kokkos::WithoutInitializing, "koptim::linalg::eigenvalues"), m, n);
   const Tw eps = static_cast<Tw>(rs.eps);
   Kokkos::parallel_for(
-      "koptim::linalg::shifted_factors", Kokkos::RangePolicy<ExecSpace>(space, 0, m * nn), KOKKOS_LAMBDA(const int t) {
-        const int g = t / nn, r = t % nn, i = r / n, j = r % n;
+      "koptim::linalg::shifted_factors", Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<3>>(space, {0, 0, 0}, {m, n, n}),
+      KOKKOS_LAMBDA(const int g, const int i, const int j) {
         W(g, i, j) = static_cast<Tw>(L(idx(g), i, j)) + (i == j ? eps : Tw(0));
       });
 
@@ -380,8 +380,8 @@ EigenOutcome eigen_roots(const ExecSpace& space, const LView& L, const XView& X,
       });
   Batch<Tw, Mem> B(Kokkos::view_alloc(Kokkos::WithoutInitializing, "koptim::linalg::scaled_vectors"), m, n, n);
   Kokkos::parallel_for(
-      "koptim::linalg::scale_vectors", Kokkos::RangePolicy<ExecSpace>(space, 0, m * nn), KOKKOS_LAMBDA(const int t) {
-        const int g = t / nn, r = t % nn, i = r / n, k = r % n;
+      "koptim::linalg::scale_vectors", Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<3>>(space, {0, 0, 0}, {m, n, n}),
+      KOKKOS_LAMBDA(const int g, const int i, const int k) {
         if (ok(g) != 0) B(g, i, k) = Q(g, i, k) * D(g, k);
       });
   auto okh = to_host_vector(ok);

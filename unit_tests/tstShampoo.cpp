@@ -228,6 +228,39 @@ TEST(Shampoo, IdentityFactorGivesTheGradient) {
   EXPECT_NEAR(before(1) - after(1), 1.0, 1e-14);
 }
 
+// Blocking follows the logical (row-major) shape whatever the View's layout: a LayoutLeft
+// parameter follows the LayoutRight trajectory with the same logical values.
+TEST(Shampoo, LayoutLeftFollowsLogicalShape) {
+  auto run = [](auto tag) {
+    using Layout = decltype(tag);
+    TestTensor<double, Layout> a({12, 7}, "a"), k({3, 4, 2, 5}, "k");
+    koptim::ParameterSet params;
+    a.add_to(params, "a");
+    k.add_to(params, "k");
+    a.set(false, [](std::int64_t i) { return koptim_test::value(13, 0, 0, i); });
+    k.set(false, [](std::int64_t i) { return koptim_test::value(13, 1, 0, i); });
+    Teuchos::ParameterList l;
+    l.set("optimizer", std::string("Shampoo"));
+    l.set("lr", 0.01);
+    l.set("epsilon", 1e-8);
+    l.set("max_preconditioner_dim", 8);
+    l.set("grafting", std::string("RMSProp"));
+    auto opt = koptim::create(params, l);
+    for (int s = 1; s <= 10; ++s) {
+      a.set(true, [&](std::int64_t i) { return koptim_test::value(13, 0, s, i); });
+      k.set(true, [&](std::int64_t i) { return koptim_test::value(13, 1, s, i); });
+      opt->step();
+    }
+    auto r  = a.get();
+    auto rk = k.get();
+    r.insert(r.end(), rk.begin(), rk.end());
+    return r;
+  };
+  const auto right = run(Kokkos::LayoutRight()), left = run(Kokkos::LayoutLeft());
+  ASSERT_EQ(right.size(), left.size());
+  for (std::size_t i = 0; i < right.size(); ++i) EXPECT_NEAR(right[i], left[i], 1e-13) << i;
+}
+
 TEST(Shampoo, ReportsBlockLayouts) {
   Kokkos::View<float****> conv("conv", 32, 3, 64, 64), dconv("dconv", 32, 3, 64, 64);
   Kokkos::View<float**> m("m", 16, 32), dm("dm", 16, 32);

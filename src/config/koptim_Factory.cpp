@@ -68,7 +68,7 @@ void add_common(ParameterList& l, double lr, double weight_decay, const std::str
   add(s, "gamma", 0.1, "step: the factor of each decay.", V::real(0.0, 1.0, true, false));
 }
 
-// The diagonal optimizers' sharding switch, and the communicator it hands them.
+// The sharding switch of the diagonal optimizers and Gefen, and the communicator it hands them.
 void add_shard_key(ParameterList& l) {
   add(l, "shard_state", false,
       "Distributed (koptim::create with a communicator): each rank keeps the state of a slice of the parameters, "
@@ -353,6 +353,7 @@ const std::vector<Entry>& entries() {
              "and >= 4096 elements, per element otherwise) or full (per element, as the reference).",
              V::choice({"factored", "full"}));
          add(l, "force_p1", false, "Expert: no second-moment sharing (p = 1 for every tensor).", V::boolean());
+         add_shard_key(l);
        },
        {},
        [](const ParameterSet& p, const CommonOptions& c, const ParameterList& l,
@@ -367,8 +368,7 @@ const std::vector<Entry>& entries() {
          o.p1_second_moment = l.get<std::string>("p1_second_moment") == "full" ? GefenP1SecondMoment::full
                                                                                : GefenP1SecondMoment::factored;
          o.force_p1         = l.get<bool>("force_p1");
-         (void)comm;  // Gefen runs replicated over a communicator
-         return std::make_unique<Gefen>(p, c, o);
+         return std::make_unique<Gefen>(p, c, o, sharding(l, comm));
        }},
   };
   return table;

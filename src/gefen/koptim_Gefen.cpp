@@ -1,3 +1,4 @@
+#include <koptim/comm/koptim_Communicator.hpp>
 #include <koptim/core/koptim_Check.hpp>
 #include <koptim/core/koptim_Math.hpp>
 #include <koptim/core/koptim_Profiling.hpp>
@@ -5,6 +6,7 @@
 #include <koptim/gefen/koptim_Gefen.hpp>
 #include <koptim/gefen/koptim_GefenCodebook.hpp>
 #include <koptim/gefen/koptim_GefenPartition.hpp>
+#include <koptim/shampoo/koptim_Shampoo.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -374,10 +376,91 @@ struct Expected {
   enum Check { index, codebook, nonnegative } check;
 };
 
+// Gefen's own options as text, for the check that every rank builds the same optimizer.
+std::string describe(const GefenOptions& o) {
+  std::ostringstream d;
+  d.precision(17);
+  d << "betas " << o.betas[0] << ' ' << o.betas[1] << " eps " << o.eps << " partition_rule "
+    << static_cast<int>(o.partition_rule) << " p1_second_moment " << static_cast<int>(o.p1_second_moment)
+    << " force_p1 " << o.force_p1;
+  return d.str();
+}
+
+// The sharded all-gather of one scalar type: every rank sends its tensors' new values in one
+// segment (tensor i at offset[i], padded to `segment` elements) and receives every rank's.
+template <class T>
+struct Exchange {
+  Kokkos::View<T*, MemorySpace> send, recv;
+};
+
+template <class T>
+Exchange<T> pack(const ParameterSet& ps, const std::vector<int>& owner, const std::vector<std::int64_t>& offset,
+                 std::int64_t segment, int rank, int ranks) {
+  Exchange<T> x;
+  if (segment == 0) return x;
+  // Zero-filled: the padding of a short segment is sent too and must not be uninitialised.
+  x.send = Kokkos::View<T*, MemorySpace>("koptim::Gefen::shard_send", segment);
+  x.recv = Kokkos::View<T*, MemorySpace>("koptim::Gefen::shard_recv", segment * ranks);
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    if (ps[i].param.dtype != scalar_type_of<T>() || owner[i] != rank || ps[i].param.size == 0) continue;
+    const auto w            = ps[i].param.template flat<T>();
+    const auto send         = x.send;
+    const std::int64_t base = offset[i];
+    Kokkos::parallel_for(
+        "koptim::Gefen::shard_pack", Kokkos::RangePolicy<ExecutionSpace>(0, ps[i].param.size),
+        KOKKOS_LAMBDA(const std::int64_t e) { send(base + e) = w(e); });
+  }
+  return x;
+}
+
+template <class T>
+void exchange(const comm::Communicator& comm, const ParameterSet& ps, const std::vector<int>& owner,
+              const std::vector<std::int64_t>& offset, std::int64_t segment, const Exchange<T>& x) {
+  if (segment == 0) return;
+  comm.all_gather(Kokkos::View<const T*, MemorySpace>(x.send), x.recv);
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    // This rank's own tensors already hold their new values.
+    if (ps[i].param.dtype != scalar_type_of<T>() || owner[i] == comm.rank() || ps[i].param.size == 0) continue;
+    const auto w            = ps[i].param.template flat<T>();
+    const auto recv         = x.recv;
+    const std::int64_t base = owner[i] * segment + offset[i];
+    Kokkos::parallel_for(
+        "koptim::Gefen::shard_unpack", Kokkos::RangePolicy<ExecutionSpace>(0, ps[i].param.size),
+        KOKKOS_LAMBDA(const std::int64_t e) { w(e) = recv(base + e); });
+  }
+}
+
 }  // namespace
 
-Gefen::Gefen(ParameterSet params, CommonOptions common, GefenOptions options)
-    : Optimizer("Gefen", std::move(params), std::move(common)), options_(options), state_(std::make_unique<State>()) {
+Gefen::Gefen(ParameterSet params, CommonOptions common, GefenOptions options, std::shared_ptr<comm::Communicator> comm)
+    : Optimizer("Gefen", std::move(params), std::move(common)),
+      options_(options),
+      state_(std::make_unique<State>()),
+      owner_(parameters().size(), 0),
+      offset_(parameters().size(), 0) {
+  const auto& ps = parameters();
+  if (comm && comm->size() > 1) {
+    comm_ = std::move(comm);
+    rank_ = comm_->rank();
+    // Before any check of this rank's own: a rank whose options differ must fail with the others
+    // here, not throw alone and leave them waiting in this collective.
+    Impl::check_same_on_all_ranks(*comm_, name(), Impl::describe_parameters(*this) + "; " + describe(options_));
+    // Whole tensors, balanced by element count over both scalar types: the state is about one
+    // byte per element in either precision. Every rank computes the same assignment.
+    std::vector<double> costs;
+    for (const auto& p : ps.parameters()) costs.push_back(static_cast<double>(p.param.size));
+    owner_ = assign_blocks(costs, comm_->size());
+    for (int k = 0; k < 2; ++k) {
+      const ScalarType type = k == 0 ? ScalarType::float32 : ScalarType::float64;
+      std::vector<std::int64_t> fill(comm_->size(), 0);
+      for (std::size_t i = 0; i < ps.size(); ++i) {
+        if (ps[i].param.dtype != type) continue;
+        offset_[i] = fill[owner_[i]];
+        fill[owner_[i]] += ps[i].param.size;
+      }
+      segment_[k] = *std::max_element(fill.begin(), fill.end());
+    }
+  }
   const double inf = std::numeric_limits<double>::infinity();
   Impl::require_range(name(), "betas[0]", options_.betas[0], 0.0, 1.0, false, true);
   Impl::require_range(name(), "betas[1]", options_.betas[1], 0.0, 1.0, false, true);
@@ -405,7 +488,8 @@ std::vector<GefenTensorInfo> Gefen::tensor_info() const {
     info.name  = ps[i].name;
     info.shape = ps[i].param.shape;
     info.size  = ps[i].param.size;
-    if (state_->initialised) {
+    info.owner = owner_[i];
+    if (state_->initialised && mine(i)) {
       const TensorState& t      = state_->tensors[i];
       const Layout& L           = t.layout;
       info.partition            = L.p;
@@ -436,6 +520,12 @@ std::string Gefen::summary() const {
   s << ", state " << bytes << " bytes = " << std::fixed << std::setprecision(3)
     << (n > 0 ? static_cast<double>(bytes) / static_cast<double>(n) : 0.0) << " bytes/parameter (codebook and lookup "
     << codebook_size * sizeof(float) + lookup_bins << ")\n";
+  if (comm_) {
+    std::size_t held = 0;
+    for (std::size_t i = 0; i < infos.size(); ++i) held += mine(i) ? 1 : 0;
+    s << "sharded over " << comm_->size() << " ranks: rank " << rank_ << " holds the state of " << held << " of "
+      << infos.size() << " tensors (the others are listed with p = 0)\n";
+  }
   std::size_t wname = 6;
   for (const auto& i : infos) wname = std::max(wname, i.name.size());
   s << std::left << std::setw(static_cast<int>(wname)) << "tensor" << std::right << std::setw(22) << "shape"
@@ -454,48 +544,85 @@ std::string Gefen::summary() const {
 
 void Gefen::initialise() {
   Impl::ScopedRegion region("koptim::Gefen::initialise");
-  const auto& ps = parameters();
+  const auto& ps       = parameters();
+  const std::size_t nt = ps.size();
   // Everything is built on the side and swapped in at the end: a throw changes nothing.
   auto fresh = std::make_unique<State>();
-  std::vector<Layout> layouts;
-  for (const auto& p : ps.parameters()) {
-    std::int64_t part = 1;
-    if (!options_.force_p1 && p.grad.size > 0) {
-      part = dispatch(p.grad.dtype, [&](auto zero) {
-        using T      = decltype(zero);
-        const auto g = p.grad.flat<T>();
-        return options_.partition_rule == GefenPartitionRule::neighbour_contrast
-                   ? gefen::choose_partition(g)
-                   : gefen::choose_partition_variance_drop(g);
-      });
-    }
-    layouts.push_back(make_layout(p.param, part, options_));
-  }
-  Kokkos::View<std::int64_t*, MemorySpace> counts("koptim::Gefen::histogram", gefen::histogram_bins);
+  fresh->tensors.resize(nt);
+  // Sharded, each rank sees only its tensors' gradients: the partition rule needs only the
+  // tensor itself, and the histogram is a sum over tensors, so the counts of all ranks add up to
+  // the counts of one process (exact in double below 2^53).
+  std::vector<std::int64_t> h(gefen::histogram_bins, 0);
   std::int64_t total = 0;
-  for (std::size_t i = 0; i < ps.size(); ++i) {
-    const auto& p = ps[i];
-    if (p.grad.size == 0) continue;
-    dispatch(p.grad.dtype, [&](auto zero) {
-      using T = decltype(zero);
-      gefen::accumulate_histogram(p.grad.flat<T>(), layouts[i].scale_block, counts);
-    });
-    total += p.grad.size;
-  }
-  std::vector<float> cb(codebook_size);
-  if (total > 0) {
-    std::vector<std::int64_t> h(gefen::histogram_bins);
+  std::string error;
+  try {
+    std::vector<Layout> layouts(nt);
+    for (std::size_t i = 0; i < nt; ++i) {
+      if (!mine(i)) continue;
+      const auto& p     = ps[i];
+      std::int64_t part = 1;
+      if (!options_.force_p1 && p.grad.size > 0) {
+        part = dispatch(p.grad.dtype, [&](auto zero) {
+          using T      = decltype(zero);
+          const auto g = p.grad.flat<T>();
+          return options_.partition_rule == GefenPartitionRule::neighbour_contrast
+                     ? gefen::choose_partition(g)
+                     : gefen::choose_partition_variance_drop(g);
+        });
+      }
+      layouts[i] = make_layout(p.param, part, options_);
+    }
+    Kokkos::View<std::int64_t*, MemorySpace> counts("koptim::Gefen::histogram", gefen::histogram_bins);
+    for (std::size_t i = 0; i < nt; ++i) {
+      const auto& p = ps[i];
+      if (!mine(i) || p.grad.size == 0) continue;
+      dispatch(p.grad.dtype, [&](auto zero) {
+        using T = decltype(zero);
+        gefen::accumulate_histogram(p.grad.flat<T>(), layouts[i].scale_block, counts);
+      });
+      total += p.grad.size;
+    }
     Kokkos::deep_copy(
         Kokkos::View<std::int64_t*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(h.data(), h.size()),
         counts);
-    const auto c = gefen::codebook_from_histogram<float>(h);
-    std::copy(c.begin(), c.end(), cb.begin());
-  } else {
-    // Only empty tensors: any valid codebook will do.
-    for (int k = 0; k < codebook_size; ++k) cb[k] = static_cast<float>(-1.0 + 2.0 * k / (codebook_size - 1));
+    for (std::size_t i = 0; i < nt; ++i)
+      if (mine(i)) fresh->tensors[i] = TensorState(ps[i].name, ps[i].param.dtype, layouts[i]);
+  } catch (const std::exception& e) {
+    if (!comm_) throw;
+    error = e.what();
   }
-  for (std::size_t i = 0; i < ps.size(); ++i) fresh->tensors.emplace_back(ps[i].name, ps[i].param.dtype, layouts[i]);
-  fresh->set_codebook(cb);
+  if (comm_) {
+    // A failure on one rank (an allocation, a bad gradient) fails every rank before the
+    // collective below, which the failing rank would never reach.
+    comm_->agree_on_error(error);
+    Kokkos::View<double*, MemorySpace> sum("koptim::Gefen::histogram_sum", gefen::histogram_bins + 1);
+    auto hs = Kokkos::create_mirror_view(sum);
+    for (int b = 0; b < gefen::histogram_bins; ++b) hs(b) = static_cast<double>(h[b]);
+    hs(gefen::histogram_bins) = static_cast<double>(total);
+    Kokkos::deep_copy(sum, hs);
+    comm_->all_reduce_sum(sum);
+    Kokkos::deep_copy(hs, sum);
+    for (int b = 0; b < gefen::histogram_bins; ++b) h[b] = static_cast<std::int64_t>(hs(b));
+    total = static_cast<std::int64_t>(hs(gefen::histogram_bins));
+  }
+  // From here on every rank works on the same global histogram, so the codebook is the same on
+  // every rank; only an allocation can still fail on one rank alone.
+  try {
+    std::vector<float> cb(codebook_size);
+    if (total > 0) {
+      const auto c = gefen::codebook_from_histogram<float>(h);
+      std::copy(c.begin(), c.end(), cb.begin());
+    } else {
+      // Only empty tensors: any valid codebook will do.
+      for (int k = 0; k < codebook_size; ++k) cb[k] = static_cast<float>(-1.0 + 2.0 * k / (codebook_size - 1));
+    }
+    fresh->set_codebook(cb);
+    error.clear();
+  } catch (const std::exception& e) {
+    if (!comm_) throw;
+    error = e.what();
+  }
+  if (comm_) comm_->agree_on_error(error);
   state_ = std::move(fresh);
 }
 
@@ -503,19 +630,39 @@ void Gefen::update(std::int64_t t, const std::vector<double>& lrs) {
   if (!state_->initialised) initialise();
   const auto& ps = parameters();
   State& st      = *state_;
-  for (std::size_t i = 0; i < ps.size(); ++i) {
-    const auto& p   = ps[i];
-    TensorState& ts = st.tensors[i];
-    if (ts.layout.n == 0) continue;
-    dispatch(p.param.dtype, [&](auto zero) {
-      using T            = decltype(zero);
-      const auto scalars = make_scalars<T>(options_, t, lrs[p.group], weight_decay(p.group));
-      if (ts.layout.kind == GefenSecondMoment::shared) {
-        step_shared<T>(p, ts, st.codebook, st.lookup, scalars);
-      } else {
-        step_unshared<T>(p, ts, st.codebook, st.lookup, st.row_sum, scalars);
-      }
-    });
+  Exchange<float> xf;
+  Exchange<double> xd;
+  std::string error;
+  try {
+    for (std::size_t i = 0; i < ps.size(); ++i) {
+      const auto& p   = ps[i];
+      TensorState& ts = st.tensors[i];
+      if (!mine(i) || ts.layout.n == 0) continue;
+      dispatch(p.param.dtype, [&](auto zero) {
+        using T            = decltype(zero);
+        const auto scalars = make_scalars<T>(options_, t, lrs[p.group], weight_decay(p.group));
+        if (ts.layout.kind == GefenSecondMoment::shared) {
+          step_shared<T>(p, ts, st.codebook, st.lookup, scalars);
+        } else {
+          step_unshared<T>(p, ts, st.codebook, st.lookup, st.row_sum, scalars);
+        }
+      });
+    }
+    if (comm_) {
+      xf = pack<float>(ps, owner_, offset_, segment_[0], rank_, comm_->size());
+      xd = pack<double>(ps, owner_, offset_, segment_[1], rank_, comm_->size());
+    }
+  } catch (const std::exception& e) {
+    if (!comm_) throw;
+    error = e.what();
+  }
+  if (comm_) {
+    // One small collective per step so that a rank that failed (its update or the exchange
+    // buffers) fails every rank instead of leaving them in the all-gather.
+    comm_->agree_on_error(error);
+    Impl::ScopedRegion region("koptim::Gefen::all_gather_parameters");
+    exchange<float>(*comm_, ps, owner_, offset_, segment_[0], xf);
+    exchange<double>(*comm_, ps, owner_, offset_, segment_[1], xd);
   }
 }
 
@@ -530,6 +677,7 @@ void Gefen::export_tensors(OptimizerState& state) const {
   state.tensors["codebook"] = std::move(c);
   const auto& ps            = parameters();
   for (std::size_t i = 0; i < ps.size(); ++i) {
+    if (!mine(i)) continue;  // sharded: another rank exports this tensor
     const std::string& name             = ps[i].name;
     const TensorState& t                = state_->tensors[i];
     const Layout& L                     = t.layout;
@@ -563,15 +711,26 @@ void Gefen::check_tensors(const OptimizerState& state) const {
     fail("integer 'initialised' = " + std::to_string(it->second) + " is not allowed; allowed: 0 or 1");
   const bool init = it->second == 1;
   std::set<std::string> integers{"step", "skipped_steps", "initialised"};
+  // Sharded, a rank's state holds its own tensors only: say so when the sets do not match.
+  std::string shard_hint;
+  if (comm_) {
+    std::string held;
+    for (std::size_t i = 0; i < parameters().size(); ++i)
+      if (mine(i)) held += (held.empty() ? "" : ", ") + parameters()[i].name;
+    shard_hint = " (sharded: rank " + std::to_string(rank_) + " of " + std::to_string(comm_->size()) +
+                 " holds the state of " + (held.empty() ? std::string("no tensor") : held) +
+                 "; a state saved by another rank or number of ranks?)";
+  }
   std::map<std::string, Expected> expected;
   const auto& ps = parameters();
   if (init) {
     expected["codebook"] = {ScalarType::float32, {codebook_size}, Expected::codebook};
     for (std::size_t i = 0; i < ps.size(); ++i) {
+      if (!mine(i)) continue;
       const auto& p         = ps[i];
       const std::string key = p.name + "/partition";
       auto pit              = state.integers.find(key);
-      if (pit == state.integers.end()) fail("the state has no integer '" + key + "'");
+      if (pit == state.integers.end()) fail("the state has no integer '" + key + "'" + shard_hint);
       const std::int64_t part = pit->second, n = p.param.size;
       if (part < 1 || (n > 0 && (part > n || n % part != 0)) || (n == 0 && part != 1)) {
         fail("integer '" + key + "' = " + std::to_string(part) + " is not allowed; allowed: a divisor of the " +
@@ -595,16 +754,16 @@ void Gefen::check_tensors(const OptimizerState& state) const {
   for (const auto& kv : state.integers)
     if (!integers.count(kv.first))
       fail("the state has integer '" + kv.first + "', which this optimizer does not hold" +
-           (init ? "" : " (the state is not initialised)"));
+           (init ? shard_hint : " (the state is not initialised)"));
   if (!state.reals.empty()) fail("the state has real '" + state.reals.begin()->first + "'; Gefen holds no reals");
   for (const auto& kv : state.tensors)
     if (!expected.count(kv.first))
       fail("the state has tensor '" + kv.first + "', which belongs to no parameter and slot of this optimizer" +
-           (init ? " with these partitions and options" : " (the state is not initialised)"));
+           (init ? " with these partitions and options" + shard_hint : " (the state is not initialised)"));
   for (const auto& e : expected) {
     const std::string& key = e.first;
     auto tit               = state.tensors.find(key);
-    if (tit == state.tensors.end()) fail("the state has no tensor '" + key + "'");
+    if (tit == state.tensors.end()) fail("the state has no tensor '" + key + "'" + shard_hint);
     const StateTensor& t = tit->second;
     if (t.dtype != e.second.dtype)
       fail("state tensor '" + key + "' has scalar type " + to_string(t.dtype) + ", expected " +
@@ -644,12 +803,15 @@ void Gefen::import_tensors(const OptimizerState& state) {
   }
   auto fresh     = std::make_unique<State>();
   const auto& ps = parameters();
-  for (const auto& p : ps.parameters()) {
-    const Layout L = make_layout(p.param, state.integers.at(p.name + "/partition"), options_);
-    fresh->tensors.emplace_back(p.name, p.param.dtype, L);
-    TensorState& t = fresh->tensors.back();
-    const auto f   = values_of(state.tensors.at(p.name + "/indices"));
-    auto h         = Kokkos::create_mirror_view(t.idx);
+  fresh->tensors.resize(ps.size());
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    if (!mine(i)) continue;
+    const auto& p     = ps[i];
+    const Layout L    = make_layout(p.param, state.integers.at(p.name + "/partition"), options_);
+    fresh->tensors[i] = TensorState(p.name, p.param.dtype, L);
+    TensorState& t    = fresh->tensors[i];
+    const auto f      = values_of(state.tensors.at(p.name + "/indices"));
+    auto h            = Kokkos::create_mirror_view(t.idx);
     for (std::int64_t k = 0; k < L.n; ++k) h(k) = static_cast<std::uint8_t>(f[k]);
     Kokkos::deep_copy(t.idx, h);
     t.absmax.assign(state.tensors.at(p.name + "/absmax"));

@@ -38,6 +38,18 @@
 // which is 3.3 step 5 written in torch's Adam order of operations. The block sums and maxima
 // are team reductions: sums may associate differently on threaded backends, maxima never do.
 //
+// Sharded state (a communicator of N > 1 ranks; the factory's shard_state): each rank keeps the
+// whole state of a subset of the tensors (blocks, partitions and scales are per tensor), chosen
+// by longest-processing-time scheduling (assign_blocks) on the element counts of all tensors
+// together, whatever their scalar type: the state is ~1 byte per element in either precision, so
+// this balances memory, ~1/N per rank plus at most one tensor. At the first step each rank
+// chooses the partitions of its tensors and counts their share of the histogram; one
+// all_reduce_sum of the counts gives every rank the codebook of the whole model. Each step a
+// rank updates its tensors, then one all_gather per scalar type shares the new parameters
+// (segments padded to the largest rank's): every rank ends with the same parameters, bitwise
+// equal to one process. Every rank must build the same optimizer (ConfigError on every rank
+// otherwise), and an error on one rank during a step reaches every rank.
+//
 // Memory order: Gefen flattens every tensor in memory order. For LayoutRight Views that is the
 // row-major order of ALGORITHMS.md; a LayoutLeft View of shape (a, b) is treated as the
 // row-major tensor (b, a) it is in memory (partitions and factors follow that).
@@ -83,12 +95,23 @@ struct GefenTensorInfo {
   std::int64_t second_moment_values = 0;
   std::int64_t rows = 0, cols = 0;  // factored only
   std::size_t state_bytes = 0;      // indices + absmax + second moment of this tensor
+  // Sharded: the rank that holds this tensor's state (0 unsharded). Another rank's tensor is
+  // reported with its name, shape and owner only (p = 0, uninitialised, 0 bytes here).
+  int owner = 0;
 };
 
 class Gefen : public Optimizer {
  public:
-  Gefen(ParameterSet params, CommonOptions common, GefenOptions options = {});
+  // With a communicator of more than one rank the state is sharded by tensor (see above); the
+  // constructor is then collective and checks that every rank passes the same parameters and
+  // options.
+  Gefen(ParameterSet params, CommonOptions common, GefenOptions options = {},
+        std::shared_ptr<comm::Communicator> comm = nullptr);
   ~Gefen() override;
+
+  bool sharded() const { return comm_ != nullptr; }
+  // The rank that holds each tensor's state (ParameterSet order; all 0 unless sharded).
+  const std::vector<int>& owners() const { return owner_; }
 
   const GefenOptions& options() const { return options_; }
   // True once the first step has chosen the partitions and learned the codebook.
@@ -101,8 +124,9 @@ class Gefen : public Optimizer {
   // The codebook, ascending, -1 first and +1 last; empty before the first step.
   std::vector<float> codebook() const;
 
-  // Indices, absmax scales and second moments of every tensor, plus the codebook (1024 bytes)
-  // and its lookup table (4096 bytes) once initialised; 0 before the first step.
+  // Indices, absmax scales and second moments of every tensor (sharded: of this rank's
+  // tensors), plus the codebook (1024 bytes) and its lookup table (4096 bytes), which every rank
+  // holds, once initialised; 0 before the first step.
   std::size_t state_bytes() const override;
 
  protected:
@@ -111,7 +135,9 @@ class Gefen : public Optimizer {
   // integer "<name>/partition", tensors "<name>/indices" (float32 holding 0..255, the
   // parameter's shape: OptimizerState has no uint8 type), "<name>/absmax", and
   // "<name>/exp_avg_sq" (shared, full) or "<name>/exp_avg_sq_row" and "<name>/exp_avg_sq_col"
-  // (factored). Layouts follow from the partition and this optimizer's options.
+  // (factored). Layouts follow from the partition and this optimizer's options. Sharded: the
+  // tensors of this rank's tensors only (plus "initialised" and "codebook"); a state whose set of
+  // tensors is not this rank's is rejected.
   void export_tensors(OptimizerState& state) const override;
   void check_tensors(const OptimizerState& state) const override;
   void import_tensors(const OptimizerState& state) override;
@@ -119,9 +145,17 @@ class Gefen : public Optimizer {
  private:
   struct State;
   void initialise();
+  bool mine(std::size_t i) const { return owner_[i] == rank_; }
 
   GefenOptions options_;
   std::unique_ptr<State> state_;
+  std::shared_ptr<comm::Communicator> comm_;  // null unless sharded over more than one rank
+  int rank_ = 0;
+  std::vector<int> owner_;
+  // Sharded all-gather plan: each tensor's offset in its owner's segment of its scalar type, and
+  // the elements per rank of the float and double messages (the largest rank's segment).
+  std::vector<std::int64_t> offset_;
+  std::int64_t segment_[2] = {0, 0};
 };
 
 }  // namespace koptim

@@ -1,8 +1,7 @@
 // The diagonal optimizers against torch.optim: 100 steps on four tensors of rank 1 to 4, with the
 // hyperparameter sets of reference/generate_diagonal.py, in float32 and float64, LayoutRight and
 // LayoutLeft, built through the parameter-list factory.
-#include "koptim_TestData.hpp"
-#include "koptim_TestTensor.hpp"
+#include "koptim_TestTorchReference.hpp"
 
 #include <koptim/koptim.hpp>
 
@@ -16,12 +15,8 @@
 namespace {
 
 using koptim_test::ReferenceCase;
-using koptim_test::TestTensor;
 
-const std::vector<ReferenceCase>& reference() {
-  static const auto cases = koptim_test::read_reference(KOPTIM_TEST_REFERENCE_DIR "/diagonal_torch.txt");
-  return cases;
-}
+const std::vector<ReferenceCase>& reference() { return koptim_test::torch_reference(); }
 
 Teuchos::ParameterList list_for(const ReferenceCase& c) {
   Teuchos::ParameterList l("koptim");
@@ -42,45 +37,9 @@ Teuchos::ParameterList list_for(const ReferenceCase& c) {
   return l;
 }
 
-// Largest max-norm relative error of any tensor at any checked step.
 template <class T, class Layout>
 double run_case(const ReferenceCase& c) {
-  std::vector<TestTensor<T, Layout>> tensors;
-  koptim::ParameterSet params;
-  int group = 0;
-  if (c.has_group) group = params.add_group("second", {c.group_lr, c.group_weight_decay});
-  for (std::size_t t = 0; t < c.shapes.size(); ++t) {
-    tensors.emplace_back(c.shapes[t], "p" + std::to_string(t));
-    tensors.back().set(false, [&](std::int64_t i) { return koptim_test::value(c.seed, t, 0, i); });
-    tensors.back().add_to(params, "p" + std::to_string(t), t >= 2 ? group : 0);
-  }
-  auto opt     = koptim::create(params, list_for(c));
-  double worst = 0;
-  for (int step = 1; step <= 100; ++step) {
-    for (std::size_t t = 0; t < tensors.size(); ++t)
-      tensors[t].set(true, [&](std::int64_t i) { return koptim_test::value(c.seed, t, step, i); });
-    opt->step();
-    auto it = c.checks.find(step);
-    if (it == c.checks.end()) continue;
-    for (std::size_t t = 0; t < tensors.size(); ++t) {
-      const auto got  = tensors[t].get();
-      const auto& ref = it->second[t];
-      EXPECT_EQ(got.size(), ref.size());
-      // Relative error in the max norm of each tensor: elementwise ratios are ill-conditioned
-      // for entries that pass near zero, where float32 rounding dominates.
-      double diff = 0, scale = 0;
-      for (std::size_t i = 0; i < ref.size(); ++i) {
-        diff  = std::max(diff, std::abs(got[i] - ref[i]));
-        scale = std::max(scale, std::abs(ref[i]));
-      }
-      if (std::getenv("KOPTIM_TEST_VERBOSE"))
-        std::printf("%s %s step %d tensor %zu: max-norm relative error %.3g\n", c.name.c_str(), c.dtype.c_str(), step,
-                    t, diff / scale);
-      worst = std::max(worst, diff / scale);
-    }
-  }
-  EXPECT_EQ(opt->step_count(), 100);
-  return worst;
+  return koptim_test::torch_case_error<T, Layout>(c, list_for(c));
 }
 
 TEST(DiagonalTorch, ReferenceFileIsComplete) {

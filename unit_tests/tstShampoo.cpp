@@ -1,8 +1,7 @@
 // Shampoo: equal to its grafting method (and to torch.optim) while preconditioning has not
 // started, hand-computed preconditioned steps, blocking reports, the root methods agreeing,
 // the failure rules, configuration and state.
-#include "koptim_TestData.hpp"
-#include "koptim_TestTensor.hpp"
+#include "koptim_TestTorchReference.hpp"
 
 #include <koptim/koptim.hpp>
 
@@ -25,10 +24,7 @@ auto host_copy(const V& v) {
 }
 using koptim_test::TestTensor;
 
-const std::vector<ReferenceCase>& torch_reference() {
-  static const auto cases = koptim_test::read_reference(KOPTIM_TEST_REFERENCE_DIR "/diagonal_torch.txt");
-  return cases;
-}
+using koptim_test::torch_reference;
 
 const ReferenceCase& torch_case(const std::string& name, const std::string& dtype) {
   for (const auto& c : torch_reference())
@@ -41,41 +37,14 @@ double option(const ReferenceCase& c, const std::string& key, double fallback, i
   return it == c.options.end() ? fallback : std::stod(it->second[i]);
 }
 
-// Max-norm relative error of every tensor at every checked step, running a torch reference case
-// through Shampoo configured to "never precondition" with the given grafting.
+// A torch reference case through Shampoo configured to "never precondition" with the given
+// grafting (max-norm relative error, see koptim_TestTorchReference.hpp).
 template <class T>
 double never_preconditioned(const ReferenceCase& c, Teuchos::ParameterList l) {
-  std::vector<TestTensor<T>> tensors;
-  koptim::ParameterSet params;
-  int group = 0;
-  if (c.has_group) group = params.add_group("second", {c.group_lr, c.group_weight_decay});
-  for (std::size_t t = 0; t < c.shapes.size(); ++t) {
-    tensors.emplace_back(c.shapes[t], "p" + std::to_string(t));
-    tensors.back().set(false, [&](std::int64_t i) { return koptim_test::value(c.seed, t, 0, i); });
-    tensors.back().add_to(params, "p" + std::to_string(t), t >= 2 ? group : 0);
-  }
   l.set("optimizer", std::string("Shampoo"));
   l.set("precondition_frequency", 1000000);
   l.set("start_preconditioning_step", 1000000);
-  auto opt     = koptim::create(params, l);
-  double worst = 0;
-  for (int step = 1; step <= 100; ++step) {
-    for (std::size_t t = 0; t < tensors.size(); ++t)
-      tensors[t].set(true, [&](std::int64_t i) { return koptim_test::value(c.seed, t, step, i); });
-    opt->step();
-    auto it = c.checks.find(step);
-    if (it == c.checks.end()) continue;
-    for (std::size_t t = 0; t < tensors.size(); ++t) {
-      const auto got = tensors[t].get();
-      double diff = 0, scale = 0;
-      for (std::size_t i = 0; i < got.size(); ++i) {
-        diff  = std::max(diff, std::abs(got[i] - it->second[t][i]));
-        scale = std::max(scale, std::abs(it->second[t][i]));
-      }
-      worst = std::max(worst, diff / scale);
-    }
-  }
-  return worst;
+  return koptim_test::torch_case_error<T>(c, l);
 }
 
 Teuchos::ParameterList adam_like(const ReferenceCase& c, const std::string& decay_type) {

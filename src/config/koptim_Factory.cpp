@@ -452,6 +452,7 @@ std::vector<std::string> optimizer_names() {
 }
 
 RCP<const ParameterList> valid_parameters(const std::string& optimizer) {
+  Impl::ScopedRegion region("koptim::valid_parameters");
   static std::map<std::string, RCP<const ParameterList>> cache;
   const Entry& e = entry(optimizer);
   auto it        = cache.find(optimizer);
@@ -464,6 +465,7 @@ RCP<const ParameterList> valid_parameters(const std::string& optimizer) {
 }
 
 ParameterList validated_parameters(const ParameterList& list) {
+  Impl::ScopedRegion region("koptim::validated_parameters");
   const std::string optimizer = optimizer_of(list);
   const auto valid            = valid_parameters(optimizer);
   const std::string& pattern  = entry(optimizer).pattern_sublist;
@@ -529,6 +531,7 @@ RCP<ParameterList> read_parameter_list(const std::string& path) {
 }
 
 ParameterList default_parameter_list(const std::string& optimizer) {
+  Impl::ScopedRegion region("koptim::default_parameter_list");
   const auto valid                                               = valid_parameters(optimizer);
   std::function<void(const ParameterList&, ParameterList&)> copy = [&](const ParameterList& from, ParameterList& to) {
     for (auto it = from.begin(); it != from.end(); ++it) {
@@ -546,6 +549,7 @@ ParameterList default_parameter_list(const std::string& optimizer) {
 }
 
 void print_parameter_reference(std::ostream& out) {
+  Impl::ScopedRegion region("koptim::print_parameter_reference");
   std::function<void(const ParameterList&, const std::string&)> table = [&](const ParameterList& l,
                                                                             const std::string& prefix) {
     for (auto it = l.begin(); it != l.end(); ++it) {

@@ -1,4 +1,5 @@
 #include <koptim/core/koptim_ParameterSet.hpp>
+#include <koptim/core/koptim_Profiling.hpp>
 
 #include <cstdint>
 #include <sstream>
@@ -17,6 +18,7 @@ std::string shape_string(const std::vector<std::int64_t>& shape) {
 ParameterSet::ParameterSet() { groups_.push_back({"default", {}}); }
 
 int ParameterSet::add_group(const std::string& name, const GroupOptions& options) {
+  Impl::ScopedRegion region("koptim::ParameterSet::add_group");
   if (name.empty()) throw ShapeError("koptim::ParameterSet::add_group: a group needs a non-empty name");
   if (find_group(name) >= 0) throw ShapeError("koptim::ParameterSet::add_group: group '" + name + "' already exists");
   auto check = [&](const std::optional<double>& v, const char* key) {
@@ -52,6 +54,7 @@ std::int64_t ParameterSet::num_elements() const {
 }
 
 void ParameterSet::add_ref(const std::string& name, TensorRef param, TensorRef grad, int group) {
+  Impl::ScopedRegion region("koptim::ParameterSet::add");
   const std::string where = "koptim::ParameterSet::add('" + name + "'): ";
   if (name.empty()) throw ShapeError("koptim::ParameterSet::add: a parameter needs a non-empty name");
   if (find(name) >= 0) throw ShapeError(where + "a parameter named '" + name + "' is already registered");

@@ -290,22 +290,42 @@ TEST(Shampoo, RootMethodsAgree) {
   }
 }
 
-TEST(Shampoo, NonFiniteFactorNamesParameterAndBlock) {
-  Kokkos::View<float**> W("W", 4, 3), G("G", 4, 3);
+// A finite gradient whose square overflows float: rejected before anything changes, naming the
+// parameter and the block.
+TEST(Shampoo, OverflowingFactorIsRejectedAndChangesNothing) {
+  TestTensor<float> w({4, 3}, "w"), v({5}, "v");
   koptim::ParameterSet params;
-  params.add("layer.weight", W, G);
+  w.add_to(params, "layer.weight");
+  v.add_to(params, "layer.bias");
+  w.set(false, [](std::int64_t i) { return koptim_test::value(17, 0, 0, i); });
   Teuchos::ParameterList l;
   l.set("optimizer", std::string("Shampoo"));
+  l.set("grafting", std::string("Adam"));
+  l.set("momentum", 0.5);
   auto opt = koptim::create(params, l);
-  Kokkos::deep_copy(G, 1e30f);  // finite, but its square overflows float
+  w.set(true, [](std::int64_t i) { return koptim_test::value(17, 0, 1, i); });
+  v.set(true, [](std::int64_t i) { return koptim_test::value(17, 1, 1, i); });
+  opt->step();
+  const auto state = opt->export_state();
+  const auto pw = w.get(), pv = v.get();
+  v.set(true, [](std::int64_t i) { return i == 2 ? 1e30 : 1.0; });
   try {
     opt->step();
     ADD_FAILURE() << "no error";
   } catch (const koptim::NonFiniteError& e) {
     const std::string msg = e.what();
-    EXPECT_NE(msg.find("parameter 'layer.weight', block 0"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("NaN or Inf"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("parameter 'layer.bias', block 0"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("would overflow to Inf"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("nothing was updated"), std::string::npos) << msg;
   }
+  EXPECT_TRUE(opt->export_state() == state);
+  EXPECT_EQ(w.get(), pw);
+  EXPECT_EQ(v.get(), pv);
+  EXPECT_EQ(opt->step_count(), 1);
+  // The next finite step proceeds.
+  v.set(true, [](std::int64_t) { return 1.0; });
+  opt->step();
+  EXPECT_EQ(opt->step_count(), 2);
 }
 
 TEST(Shampoo, RejectsBadConfiguration) {

@@ -222,6 +222,8 @@ TEST(ShampooDistributed, AnErrorOnOneRankStopsEveryRank) {
   const int owner = sh.block_owner(1, 0);
   a.set(true, [](std::int64_t) { return 1.0; });
   b.set(true, [](std::int64_t) { return 1e30; });  // finite, but its factor overflows
+  const auto before_a = a.get(), before_b = b.get();
+  const auto state    = opt->export_state();
   try {
     opt->step();
     ADD_FAILURE() << "no error on rank " << world()->rank();
@@ -230,6 +232,10 @@ TEST(ShampooDistributed, AnErrorOnOneRankStopsEveryRank) {
     EXPECT_NE(msg.find("parameter 'b', block 0"), std::string::npos) << msg;
     if (world()->size() > 1) EXPECT_NE(msg.find("rank " + std::to_string(owner) + ":"), std::string::npos) << msg;
   }
+  // Nothing changed on any rank.
+  EXPECT_EQ(a.get(), before_a);
+  EXPECT_EQ(b.get(), before_b);
+  EXPECT_TRUE(opt->export_state() == state);
 }
 
 }  // namespace

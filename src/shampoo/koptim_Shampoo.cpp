@@ -14,6 +14,7 @@
 #include <limits>
 #include <numeric>
 #include <sstream>
+#include <type_traits>
 
 namespace koptim {
 
@@ -98,6 +99,11 @@ struct BlockState {
   Vec<T> g, w, mhat, p, q;
   std::int64_t offset = 0;  // of this block's update in this rank's segment of the all-gather
   int failures        = 0;  // consecutive amortized computations of this block that failed
+  // trace(L_j), the same for every j: b2 trace + w |G|^2 each step. It bounds every factor entry
+  // (|L_ik| <= max_i L_ii <= trace for a PSD matrix), so the factors cannot overflow while it is
+  // finite in T: step() rejects a gradient that would break that before changing anything.
+  double trace = 0.0;
+  double sumsq = 0.0;  // |G|^2 of this step
 
   std::string where(const ParameterSet& ps, const std::vector<shampoo::BlockLayout>& layouts) const {
     const auto& b = layouts[param].blocks[block];
@@ -119,6 +125,9 @@ class ShampooBlocks {
   std::size_t state_bytes() const;
   std::int64_t failures_kept() const { return failures_kept_; }
 
+  // Gathers every block's gradient and checks that its factors stay finite; returns the first
+  // problem ("" if none). Changes no state.
+  std::string prepare(const std::vector<double>& wds);
   void accumulate(std::int64_t t, const std::vector<double>& wds);
   void amortized(std::int64_t t);
   void correct();
@@ -261,23 +270,50 @@ std::size_t ShampooBlocks<T>::state_bytes() const {
 // Step 2.2.1, 2.2.2, the grafting accumulators (2.2.5) and the filtered gradient (2.2.4), for
 // every block.
 template <class T>
-void ShampooBlocks<T>::accumulate(std::int64_t t, const std::vector<double>& wds) {
-  const T factor_w = static_cast<T>(b2_ < 1.0 ? 1.0 - b2_ : 1.0), b2 = static_cast<T>(b2_);
+std::string ShampooBlocks<T>::prepare(const std::vector<double>& wds) {
+  const double factor_w = b2_ < 1.0 ? 1.0 - b2_ : 1.0;
   for (auto& b : blocks_) {
     const Parameter& prm = ps_[b.param];
-    const auto G         = prm.grad.flat<T>();
-    const auto W         = prm.param.flat<T>();
+    const auto G         = prm.grad.template flat<T>();
+    const auto W         = prm.param.template flat<T>();
     const auto map       = b.map;
     const auto g = b.g, w = b.w;
     const bool l2 = o_.weight_decay_type == WeightDecayType::L2 && wds[prm.group] != 0.0;
     const T wd    = static_cast<T>(wds[prm.group]);
-    Kokkos::parallel_for(
-        "koptim::Shampoo::gather", Kokkos::RangePolicy<ExecutionSpace>(0, b.size), KOKKOS_LAMBDA(const std::int64_t e) {
+    double sumsq  = 0.0;
+    Kokkos::parallel_reduce(
+        "koptim::Shampoo::gather", Kokkos::RangePolicy<ExecutionSpace>(0, b.size),
+        KOKKOS_LAMBDA(const std::int64_t e, double& acc) {
           const std::int64_t k = map(e);
           const T wi           = W(k);
           w(e)                 = wi;
-          g(e)                 = l2 ? G(k) + wd * wi : G(k);
-        });
+          const T gi           = l2 ? G(k) + wd * wi : G(k);
+          g(e)                 = gi;
+          acc += Impl::is_finite(gi) ? static_cast<double>(gi) * static_cast<double>(gi)
+                                     : Kokkos::Experimental::infinity<double>::value;
+        },
+        sumsq);
+    b.sumsq            = sumsq;
+    const double trace = b2_ * b.trace + factor_w * sumsq;
+    if (!b.factors.empty() && !(trace <= static_cast<double>(std::numeric_limits<T>::max()))) {
+      std::ostringstream msg;
+      msg << "koptim::Shampoo::step: " << b.where(ps_, layouts_) << ": the gradient's squared norm (" << sumsq
+          << ") would take the trace of its factor matrices to " << trace << ", beyond the largest "
+          << (std::is_same<T, float>::value ? "float" : "double") << " (" << std::numeric_limits<T>::max()
+          << "): the factors would overflow to Inf (a NaN or Inf result); nothing was updated";
+      return msg.str();
+    }
+  }
+  return "";
+}
+
+template <class T>
+void ShampooBlocks<T>::accumulate(std::int64_t t, const std::vector<double>& wds) {
+  (void)wds;
+  const T factor_w = static_cast<T>(b2_ < 1.0 ? 1.0 - b2_ : 1.0), b2 = static_cast<T>(b2_);
+  for (auto& b : blocks_) {
+    const auto g = b.g;
+    b.trace      = b2_ * b.trace + (b2_ < 1.0 ? 1.0 - b2_ : 1.0) * b.sumsq;
     // Factors: L_j <- b2 L_j + w G_(j) G_(j)^T.
     for (int j = 0; j < static_cast<int>(b.factors.size()); ++j) {
       const auto& f = b.factors[j];
@@ -606,6 +642,7 @@ void ShampooBlocks<T>::export_tensors(OptimizerState& s) const {
     put(k + "/momentum", b.momentum, b.shape);
     put(k + "/eigenvalue_correction", b.correction, b.shape);
     s.integers[k + "/failures"] = b.failures;
+    s.reals[k + "/trace"]       = b.trace;
     for (std::size_t j = 0; j < b.factors.size(); ++j) {
       const auto& f = b.factors[j];
       if (f.slot < 0) continue;
@@ -647,6 +684,8 @@ void ShampooBlocks<T>::check_tensors(const OptimizerState& s, std::size_t& expec
     if (b.correction.size()) need(k + "/eigenvalue_correction", b.size);
     if (!s.integers.count(k + "/failures"))
       throw StateError("koptim::Shampoo::import_state: the state has no integer '" + k + "/failures'");
+    if (!s.reals.count(k + "/trace"))
+      throw StateError("koptim::Shampoo::import_state: the state has no real '" + k + "/trace'");
     for (std::size_t j = 0; j < b.factors.size(); ++j) {
       if (b.factors[j].slot < 0) continue;
       need(k + "/factor" + std::to_string(j), b.factors[j].n * b.factors[j].n);
@@ -673,6 +712,7 @@ void ShampooBlocks<T>::import_tensors(const OptimizerState& s) {
     if (b.momentum.size()) get(k + "/momentum", b.momentum.data(), b.size);
     if (b.correction.size()) get(k + "/eigenvalue_correction", b.correction.data(), b.size);
     b.failures = static_cast<int>(s.integers.at(k + "/failures"));
+    b.trace    = s.reals.at(k + "/trace");
     for (std::size_t j = 0; j < b.factors.size(); ++j) {
       const auto& f = b.factors[j];
       if (f.slot < 0) continue;
@@ -841,6 +881,15 @@ void Shampoo::update(std::int64_t t, const std::vector<double>& lrs) {
     timer.reset();
   };
   std::string error;
+  {
+    // Nothing has changed yet: a gradient that would overflow a factor is rejected here, on
+    // every rank, before any state is touched.
+    Impl::ScopedRegion r("koptim::Shampoo::gather");
+    error = f32_->prepare(wds);
+    if (error.empty()) error = f64_->prepare(wds);
+    if (group_comm_) group_comm_->agree_on_error(error);
+    if (!error.empty()) throw NonFiniteError(error);
+  }
   try {
     {
       Impl::ScopedRegion r("koptim::Shampoo::accumulate");

@@ -328,6 +328,27 @@ TEST(Shampoo, OverflowingFactorIsRejectedAndChangesNothing) {
   EXPECT_EQ(opt->step_count(), 2);
 }
 
+// Eigenvalue-corrected with epsilon 0: coordinates whose second moment is still zero (a row that
+// never gets a gradient) take no step instead of 0/0 (which would also trap FE_INVALID here).
+TEST(Shampoo, EigenvalueCorrectedWithZeroEpsilonStaysFinite) {
+  TestTensor<double> w({6, 5}, "w");
+  koptim::ParameterSet params;
+  w.add_to(params, "w");
+  Teuchos::ParameterList l;
+  l.set("optimizer", std::string("Shampoo"));
+  l.set("eigenvalue_corrected", true);
+  l.set("epsilon", 0.0);
+  l.set("use_merge_dims", false);
+  auto opt = koptim::create(params, l);
+  for (int s = 1; s <= 5; ++s) {
+    w.set(true, [&](std::int64_t i) { return i < 5 ? 0.0 : koptim_test::value(19, 0, s, i); });  // row 0 frozen
+    opt->step();
+  }
+  const auto v = w.get();
+  for (std::size_t i = 0; i < v.size(); ++i) EXPECT_TRUE(std::isfinite(v[i])) << i;
+  for (std::size_t i = 0; i < 5; ++i) EXPECT_EQ(v[i], 0.0) << i;
+}
+
 TEST(Shampoo, RejectsBadConfiguration) {
   Kokkos::View<float**> W("W", 4, 3), G("G", 4, 3);
   koptim::ParameterSet params;

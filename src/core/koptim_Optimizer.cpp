@@ -38,42 +38,48 @@ double Optimizer::lr(int group) const { return base_lr(group) * common_.lr_sched
 
 namespace Impl {
 
+namespace {
+// A named template, not a generic lambda: CUDA does not allow device lambdas inside generic
+// lambdas or functions with deduced return types.
+template <class T>
+std::pair<std::int64_t, std::int64_t> count_nonfinite_of(const TensorRef& t) {
+  const auto x     = t.flat<T>();
+  std::int64_t bad = 0;
+  if (std::is_same<ExecutionSpace::memory_space, Kokkos::HostSpace>::value) {
+    // On CPUs, contiguous chunks with a small inner count vectorize and stream well (about
+    // twice the rate of one reduction step per element).
+    constexpr std::int64_t chunk = 64;
+    const std::int64_t n = t.size, chunks = (n + chunk - 1) / chunk;
+    Kokkos::parallel_reduce(
+        "koptim::check_finite", Kokkos::RangePolicy<ExecutionSpace>(0, chunks),
+        KOKKOS_LAMBDA(const std::int64_t c, std::int64_t& acc) {
+          const std::int64_t lo = c * chunk, hi = lo + chunk < n ? lo + chunk : n;
+          int k = 0;
+          for (std::int64_t i = lo; i < hi; ++i) k += is_finite(x(i)) ? 0 : 1;
+          acc += k;
+        },
+        bad);
+  } else {
+    Kokkos::parallel_reduce(
+        "koptim::check_finite", Kokkos::RangePolicy<ExecutionSpace>(0, t.size),
+        KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& n) { n += is_finite(x(i)) ? 0 : 1; }, bad);
+  }
+  std::int64_t first = -1;
+  if (bad > 0) {
+    // Rare path: locate the first offending entry for the error message.
+    Kokkos::parallel_reduce(
+        "koptim::first_nonfinite", Kokkos::RangePolicy<ExecutionSpace>(0, t.size),
+        KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& m) {
+          if (!is_finite(x(i)) && i < m) m = i;
+        },
+        Kokkos::Min<std::int64_t>(first));
+  }
+  return std::make_pair(bad, first);
+}
+}  // namespace
+
 std::pair<std::int64_t, std::int64_t> count_nonfinite(const TensorRef& t) {
-  return dispatch(t.dtype, [&](auto zero) {
-    using T          = decltype(zero);
-    const auto x     = t.flat<T>();
-    std::int64_t bad = 0;
-    if (std::is_same<ExecutionSpace::memory_space, Kokkos::HostSpace>::value) {
-      // On CPUs, contiguous chunks with a small inner count vectorize and stream well (about
-      // twice the rate of one reduction step per element).
-      constexpr std::int64_t chunk = 64;
-      const std::int64_t n = t.size, chunks = (n + chunk - 1) / chunk;
-      Kokkos::parallel_reduce(
-          "koptim::check_finite", Kokkos::RangePolicy<ExecutionSpace>(0, chunks),
-          KOKKOS_LAMBDA(const std::int64_t c, std::int64_t& acc) {
-            const std::int64_t lo = c * chunk, hi = lo + chunk < n ? lo + chunk : n;
-            int k = 0;
-            for (std::int64_t i = lo; i < hi; ++i) k += is_finite(x(i)) ? 0 : 1;
-            acc += k;
-          },
-          bad);
-    } else {
-      Kokkos::parallel_reduce(
-          "koptim::check_finite", Kokkos::RangePolicy<ExecutionSpace>(0, t.size),
-          KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& n) { n += is_finite(x(i)) ? 0 : 1; }, bad);
-    }
-    std::int64_t first = -1;
-    if (bad > 0) {
-      // Rare path: locate the first offending entry for the error message.
-      Kokkos::parallel_reduce(
-          "koptim::first_nonfinite", Kokkos::RangePolicy<ExecutionSpace>(0, t.size),
-          KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& m) {
-            if (!is_finite(x(i)) && i < m) m = i;
-          },
-          Kokkos::Min<std::int64_t>(first));
-    }
-    return std::make_pair(bad, first);
-  });
+  return t.dtype == ScalarType::float32 ? count_nonfinite_of<float>(t) : count_nonfinite_of<double>(t);
 }
 
 }  // namespace Impl
@@ -210,23 +216,15 @@ std::size_t ElementwiseOptimizer::state_bytes() const {
   return n;
 }
 
-void ElementwiseOptimizer::update(std::int64_t t, const std::vector<double>& lrs) {
-  update_pieces(t, lrs);
-  if (comm_) {
-    ScopedRegion region("koptim::" + name() + "::all_gather_parameters");
-    gather_parameters<float>();
-    gather_parameters<double>();
-  }
-}
-
+namespace {
+// Every rank's slice of the parameters of type T (chunk elements per rank of their
+// concatenation) to every rank. A free function: CUDA does not allow device lambdas in private
+// member functions.
 template <class T>
-void ElementwiseOptimizer::gather_parameters() {
-  const int k              = std::is_same<T, float>::value ? 0 : 1;
-  const std::int64_t chunk = chunk_[k];
-  const auto& ps           = parameters();
+void gather_parameters(const ParameterSet& ps, const comm::Communicator& comm, const std::int64_t chunk) {
   if (chunk == 0) return;
-  Kokkos::View<T*, MemorySpace> send("koptim::shard_send", chunk), recv("koptim::shard_recv", chunk * comm_->size());
-  const std::int64_t lo = comm_->rank() * chunk;
+  Kokkos::View<T*, MemorySpace> send("koptim::shard_send", chunk), recv("koptim::shard_recv", chunk * comm.size());
+  const std::int64_t lo = comm.rank() * chunk;
   std::int64_t start    = 0;
   for (std::size_t i = 0; i < ps.size(); ++i) {
     if (ps[i].param.dtype != scalar_type_of<T>()) continue;
@@ -240,7 +238,7 @@ void ElementwiseOptimizer::gather_parameters() {
     }
     start += ps[i].param.size;
   }
-  comm_->all_gather(Kokkos::View<const T*, MemorySpace>(send), recv);
+  comm.all_gather(Kokkos::View<const T*, MemorySpace>(send), recv);
   start = 0;
   for (std::size_t i = 0; i < ps.size(); ++i) {
     if (ps[i].param.dtype != scalar_type_of<T>()) continue;
@@ -250,6 +248,16 @@ void ElementwiseOptimizer::gather_parameters() {
         "koptim::shard_unpack", Kokkos::RangePolicy<ExecutionSpace>(0, ps[i].param.size),
         KOKKOS_LAMBDA(const std::int64_t e) { w(e) = recv(first + e); });
     start += ps[i].param.size;
+  }
+}
+}  // namespace
+
+void ElementwiseOptimizer::update(std::int64_t t, const std::vector<double>& lrs) {
+  update_pieces(t, lrs);
+  if (comm_) {
+    ScopedRegion region("koptim::" + name() + "::all_gather_parameters");
+    gather_parameters<float>(parameters(), *comm_, chunk_[0]);
+    gather_parameters<double>(parameters(), *comm_, chunk_[1]);
   }
 }
 

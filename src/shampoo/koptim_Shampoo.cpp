@@ -74,6 +74,16 @@ using Bank = Kokkos::View<T***, Kokkos::LayoutRight, MemorySpace>;
 
 std::string vec_string(const std::vector<std::int64_t>& v) { return shape_string(v); }
 
+// Every matrix of the bank set to the identity (a free function: CUDA does not allow device
+// lambdas in constructors).
+template <class T>
+void fill_identity(const Bank<T>& X) {
+  const std::int64_t n = static_cast<std::int64_t>(X.extent(1));
+  Kokkos::parallel_for(
+      "koptim::Shampoo::identity", Kokkos::RangePolicy<ExecutionSpace>(0, static_cast<std::int64_t>(X.extent(0)) * n),
+      KOKKOS_LAMBDA(const std::int64_t k) { X(k / n, k % n, k % n) = T(1); });
+}
+
 }  // namespace
 
 // Where factor j of a block lives: a slot of the bank of its size.
@@ -244,11 +254,7 @@ ShampooBlocks<T>::ShampooBlocks(const Shampoo& owner, const ParameterSet& ps,
     s.L = Bank<T>("koptim::Shampoo::factors_" + std::to_string(c.first), c.second, c.first, c.first);
     s.X = Bank<T>("koptim::Shampoo::roots_" + std::to_string(c.first), c.second, c.first, c.first);
     s.owner.resize(c.second);
-    const auto X         = s.X;
-    const std::int64_t n = c.first;
-    Kokkos::parallel_for(
-        "koptim::Shampoo::identity", Kokkos::RangePolicy<ExecutionSpace>(0, c.second * n),
-        KOKKOS_LAMBDA(const std::int64_t k) { X(k / n, k % n, k % n) = T(1); });
+    fill_identity(s.X);
     banks_[c.first] = s;
   }
   for (std::size_t bi = 0; bi < blocks_.size(); ++bi)
@@ -318,7 +324,7 @@ void ShampooBlocks<T>::accumulate(std::int64_t t, const std::vector<double>& wds
     for (int j = 0; j < static_cast<int>(b.factors.size()); ++j) {
       const auto& f = b.factors[j];
       if (f.slot < 0) continue;
-      T* L = &banks_[f.n].L(f.slot, 0, 0);
+      T* L = banks_[f.n].L.data() + f.slot * f.n * f.n;
       linalg::gram_of_unfolding<T>(g.data(), b.shape, j, factor_w, b2, L);
     }
     // Grafting accumulator.
@@ -391,7 +397,7 @@ void ShampooBlocks<T>::precondition(BlockState<T>& b, const Vec<T>& in, const Ve
   for (std::size_t i = 0; i < dims.size(); ++i) {
     T* dst        = ((dims.size() - 1 - i) % 2 == 0) ? out.data() : spare.data();
     const auto& f = b.factors[dims[i]];
-    linalg::mode_product<T>(src, b.shape, dims[i], &banks_[f.n].X(f.slot, 0, 0), trans, dst);
+    linalg::mode_product<T>(src, b.shape, dims[i], banks_[f.n].X.data() + f.slot * f.n * f.n, trans, dst);
     src = dst;
   }
 }
@@ -421,8 +427,13 @@ void ShampooBlocks<T>::amortized(std::int64_t t) {
       Kokkos::View<int*, MemorySpace> info("koptim::Shampoo::eigh_info", m);
       const bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible;
       if (o_.eigensolver == linalg::EighSolver::lapack || (o_.eigensolver == linalg::EighSolver::automatic && host)) {
-        linalg::batched_eigh_lapack(Lhat, w, info);
-        auto hi = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), info);
+        // LAPACK works on host memory: device factors go through host mirrors (a no-op copy-free
+        // alias when the memory is already host-accessible).
+        auto Lh = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), Lhat);
+        auto wh = Kokkos::create_mirror_view(Kokkos::HostSpace(), w);
+        auto hi = Kokkos::create_mirror_view(Kokkos::HostSpace(), info);
+        linalg::batched_eigh_lapack(Lh, wh, hi);
+        Kokkos::deep_copy(Lhat, Lh);
         for (std::int64_t a = 0; a < m; ++a)
           status[a] = hi(a) == 0 ? 0 : (hi(a) == linalg::eigh_info_nonfinite_input ? 2 : 1);
         for (std::int64_t a = 0; a < m; ++a)
@@ -527,7 +538,11 @@ void ShampooBlocks<T>::apply(std::int64_t t, const std::vector<double>& lrs, con
         const T inv_bc = static_cast<T>(1.0 / bc), eps = static_cast<T>(o_.epsilon);
         Kokkos::parallel_for(
             "koptim::Shampoo::eigenvalue_corrected", Kokkos::RangePolicy<ExecutionSpace>(0, b.size),
-            KOKKOS_LAMBDA(const std::int64_t e) { R(e) = R(e) / (Impl::sqrt(E(e) * inv_bc) + eps); });
+            KOKKOS_LAMBDA(const std::int64_t e) {
+              // With epsilon = 0 a coordinate whose second moment is still 0 gets no step (not 0/0).
+              const T den = Impl::sqrt(E(e) * inv_bc) + eps;
+              R(e)        = den > T(0) ? R(e) / den : T(0);
+            });
         precondition(b, b.g, b.p, b.mhat, true);
       } else {
         precondition(b, b.mhat, b.p, b.g, false);
@@ -717,9 +732,9 @@ void ShampooBlocks<T>::import_tensors(const OptimizerState& s) {
       const auto& f = b.factors[j];
       if (f.slot < 0) continue;
       auto& bank = banks_.at(f.n);
-      get(k + "/factor" + std::to_string(j), &bank.L(f.slot, 0, 0), f.n * f.n);
-      get(k + (o_.eigenvalue_corrected ? "/eigenvectors" : "/root") + std::to_string(j), &bank.X(f.slot, 0, 0),
-          f.n * f.n);
+      get(k + "/factor" + std::to_string(j), bank.L.data() + f.slot * f.n * f.n, f.n * f.n);
+      get(k + (o_.eigenvalue_corrected ? "/eigenvectors" : "/root") + std::to_string(j),
+          bank.X.data() + f.slot * f.n * f.n, f.n * f.n);
     }
   }
 }

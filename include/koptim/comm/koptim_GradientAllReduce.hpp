@@ -44,7 +44,6 @@ class GradientAllReducer {
   std::size_t bucket_size(std::size_t b) const { return buckets_.at(b).members.size(); }
   std::size_t bucket_bytes(std::size_t b) const;
 
- private:
   struct Bucket {
     ScalarType dtype = ScalarType::float32;
     std::vector<std::size_t> members;  // parameter indices
@@ -56,10 +55,11 @@ class GradientAllReducer {
     Kokkos::View<float*, MemorySpace> buffer32;
     Kokkos::View<double*, MemorySpace> buffer64;
   };
-
+  // Public only because CUDA does not allow device lambdas in private member functions.
   template <class T>
   void reduce_bucket(const Bucket& b);
 
+ private:
   std::shared_ptr<Communicator> comm_;
   std::vector<TensorRef> grads_;
   std::vector<Bucket> buckets_;

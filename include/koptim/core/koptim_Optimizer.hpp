@@ -148,8 +148,6 @@ class ElementwiseOptimizer : public Optimizer {
 
  private:
   void update(std::int64_t t, const std::vector<double>& lrs) final;
-  template <class T>
-  void gather_parameters();
   std::string key(const Piece& pc, std::size_t slot) const;
 
   std::vector<std::string> slots_;

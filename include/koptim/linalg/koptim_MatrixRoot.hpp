@@ -280,11 +280,11 @@ std::vector<int> diagonal_roots(const ExecSpace& space, const LView& L, const XV
             bad);
         Kokkos::single(Kokkos::PerTeam(team), [&]() { ok(g) = bad == 0 ? 1 : 0; });
       });
-  const int nn = n * n;
+  // MDRange: m n^2 can exceed the int range of a flat index (2048 factors of 1024).
   Kokkos::parallel_for(
-      "koptim::linalg::write_diagonal_roots", Kokkos::RangePolicy<ExecSpace>(space, 0, m * nn),
-      KOKKOS_LAMBDA(const int t) {
-        const int g = t / nn, r = t % nn, i = r / n, j = r % n;
+      "koptim::linalg::write_diagonal_roots",
+      Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<3>>(space, {0, 0, 0}, {m, n, n}),
+      KOKKOS_LAMBDA(const int g, const int i, const int j) {
         if (ok(g) != 0) X(idx(g), i, j) = i == j ? d(g, i) : T(0);
       });
   return to_host_vector(ok);
@@ -292,16 +292,13 @@ std::vector<int> diagonal_roots(const ExecSpace& space, const LView& L, const XV
 
 template <class ExecSpace, class XView>
 void identity_roots(const ExecSpace& space, const XView& X, const std::vector<int>& which) {
-  using T      = typename XView::non_const_value_type;
-  auto idx     = to_device<typename XView::memory_space>(which, "koptim::linalg::identity_idx");
-  const int m  = static_cast<int>(which.size());
-  const int n  = static_cast<int>(X.extent(1));
-  const int nn = n * n;
+  using T     = typename XView::non_const_value_type;
+  auto idx    = to_device<typename XView::memory_space>(which, "koptim::linalg::identity_idx");
+  const int m = static_cast<int>(which.size());
+  const int n = static_cast<int>(X.extent(1));
   Kokkos::parallel_for(
-      "koptim::linalg::identity_roots", Kokkos::RangePolicy<ExecSpace>(space, 0, m * nn), KOKKOS_LAMBDA(const int t) {
-        const int g = t / nn, r = t % nn;
-        X(idx(g), r / n, r % n) = (r / n == r % n) ? T(1) : T(0);
-      });
+      "koptim::linalg::identity_roots", Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<3>>(space, {0, 0, 0}, {m, n, n}),
+      KOKKOS_LAMBDA(const int g, const int i, const int j) { X(idx(g), i, j) = i == j ? T(1) : T(0); });
 }
 
 // Per-matrix outcome of the general eigen path in precision Tw.

@@ -4,6 +4,8 @@
 #include <koptim/gefen/koptim_GefenCodebook.hpp>
 
 #include <Kokkos_Core.hpp>
+#include "koptim_TestErrors.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -609,20 +611,7 @@ TEST(GefenCodebook, HistogramKernelMatchesHostLoop) {
 
 namespace {
 
-// f must throw an E whose message holds every fragment.
-template <class E = koptim::Error>
-void expect_error(const std::function<void()>& f, const std::vector<std::string>& fragments) {
-  try {
-    f();
-    ADD_FAILURE() << "no exception; expected one mentioning " << fragments.front();
-  } catch (const E& e) {
-    for (const auto& fragment : fragments) {
-      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-    }
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "exception of another type: " << e.what();
-  }
-}
+using koptim_test::expect_error;
 
 }  // namespace
 

@@ -223,7 +223,7 @@ TEST(ShampooDistributed, AnErrorOnOneRankStopsEveryRank) {
   a.set(true, [](std::int64_t) { return 1.0; });
   b.set(true, [](std::int64_t) { return 1e30; });  // finite, but its factor overflows
   const auto before_a = a.get(), before_b = b.get();
-  const auto state    = opt->export_state();
+  const auto state = opt->export_state();
   try {
     opt->step();
     ADD_FAILURE() << "no error on rank " << world()->rank();

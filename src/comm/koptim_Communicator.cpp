@@ -68,7 +68,6 @@ class MpiCommunicator final : public koptim::Impl::TypedCommunicator<MpiCommunic
  public:
   explicit MpiCommunicator(MPI_Comm dup) : TypedCommunicator(dup, Backend::mpi) {}
 
-
  private:
   bool direct() const { return host_accessible || mpi_is_cuda_aware(); }
 

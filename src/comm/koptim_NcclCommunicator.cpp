@@ -92,7 +92,6 @@ class NcclCommunicator final : public koptim::Impl::TypedCommunicator<NcclCommun
                                      : std::string("ncclCommInitRank failed: ") + ncclGetErrorString(rc));
   }
 
-
  private:
   template <class T>
   void reduce(const Kokkos::View<T*, MemorySpace>& data) const {

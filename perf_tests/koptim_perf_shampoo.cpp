@@ -166,13 +166,10 @@ void BM_BatchedInverseRoot_256x64(benchmark::State& state) {
   state.SetLabel(state.range(0) == 0 ? "lapack" : "jacobi");
 }
 
-// The 4-layer MLP parameter set; method 0 AdamW, 1 Shampoo frequency 1, 2 Shampoo frequency 100.
-void BM_MlpStep(benchmark::State& state) {
-  const int width = static_cast<int>(state.range(1));
-  koptim_perf::Mlp mlp(width);
-  const auto& params = mlp.params;
+// The optimizers the MLP benchmarks compare: method 0 AdamW, 1 Shampoo with precondition_frequency 1,
+// 2 Shampoo with precondition_frequency 100 (Adam grafting, epsilon 1e-8).
+Teuchos::ParameterList mlp_config(int method) {
   Teuchos::ParameterList list;
-  const int method = static_cast<int>(state.range(0));
   if (method == 0) {
     list.set("optimizer", std::string("AdamW"));
   } else {
@@ -181,7 +178,16 @@ void BM_MlpStep(benchmark::State& state) {
     list.set("epsilon", 1e-8);
     list.set("precondition_frequency", method == 1 ? 1 : 100);
   }
-  auto opt = koptim::create(params, list);
+  return list;
+}
+
+// The 4-layer MLP parameter set; method as mlp_config.
+void BM_MlpStep(benchmark::State& state) {
+  const int width = static_cast<int>(state.range(1));
+  koptim_perf::Mlp mlp(width);
+  const auto& params = mlp.params;
+  const int method   = static_cast<int>(state.range(0));
+  auto opt           = koptim::create(params, mlp_config(method));
   // Frequency 100: preconditioning starts at step 100; time the steady state after it (the 100
   // timed steps then include one root computation, at step 200).
   if (method == 2)
@@ -210,16 +216,7 @@ void BM_MlpTrainingStep(benchmark::State& state) {
   M dZ("dZ", width, batch), dH("dH", width, batch);
   // Column-major views of the row-major weights: W (out x in) row-major = W^T column-major.
   auto colmajor = [&](const Kokkos::View<float**>& v) { return M(v.data(), width, width); };
-  Teuchos::ParameterList list;
-  if (method == 0) {
-    list.set("optimizer", std::string("AdamW"));
-  } else {
-    list.set("optimizer", std::string("Shampoo"));
-    list.set("grafting", std::string("Adam"));
-    list.set("epsilon", 1e-8);
-    list.set("precondition_frequency", 100);
-  }
-  auto opt = koptim::create(mlp.params, list);
+  auto opt      = koptim::create(mlp.params, mlp_config(method));
   // Shampoo: 100 optimizer steps first, so that preconditioning has started (step 100 computes
   // the roots); the timed steps then precondition every step, and the root computation, done
   // once per 100 steps, is reported amortized (root_ms_per_step) to be added to the time.

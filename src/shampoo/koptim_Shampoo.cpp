@@ -138,7 +138,7 @@ class ShampooBlocks {
   // Gathers every block's gradient and checks that its factors stay finite; returns the first
   // problem ("" if none). Changes no state.
   std::string prepare(const std::vector<double>& wds);
-  void accumulate(std::int64_t t, const std::vector<double>& wds);
+  void accumulate(std::int64_t t);
   void amortized(std::int64_t t);
   void correct();
   // The lr-scaled updates U = lr P of the owned blocks, into this rank's segment.
@@ -173,6 +173,9 @@ class ShampooBlocks {
   const std::vector<shampoo::BlockLayout>& layouts_;
   ShampooOptions o_;
   double b1_, b2_, b3_, graft_beta_;
+  double factor_w_;  // the factors' weight rule: 1 - b2 when b2 < 1, else 1 (also for E)
+  // trace(L_j) after this step's update (see BlockState::trace).
+  double next_trace(const BlockState<T>& b) const { return b2_ * b.trace + factor_w_ * b.sumsq; }
   std::int64_t start_;
   std::vector<BlockState<T>> blocks_;
   std::map<std::int64_t, BankSet> banks_;
@@ -197,6 +200,7 @@ ShampooBlocks<T>::ShampooBlocks(const Shampoo& owner, const ParameterSet& ps,
     : owner_(owner), ps_(ps), layouts_(layouts), o_(o), num_ranks_(num_ranks) {
   b1_         = o.betas[0];
   b2_         = o.betas[1];
+  factor_w_   = b2_ < 1.0 ? 1.0 - b2_ : 1.0;
   b3_         = o.beta3 < 0 ? b1_ : o.beta3;
   graft_beta_ = o.grafting_beta2 >= 0 ? o.grafting_beta2 : (o.grafting == Grafting::RMSProp ? 0.99 : 0.999);
   start_      = o.start_preconditioning_step < 0 ? o.precondition_frequency : o.start_preconditioning_step;
@@ -277,7 +281,6 @@ std::size_t ShampooBlocks<T>::state_bytes() const {
 // every block.
 template <class T>
 std::string ShampooBlocks<T>::prepare(const std::vector<double>& wds) {
-  const double factor_w = b2_ < 1.0 ? 1.0 - b2_ : 1.0;
   for (auto& b : blocks_) {
     const Parameter& prm = ps_[b.param];
     const auto G         = prm.grad.template flat<T>();
@@ -300,7 +303,7 @@ std::string ShampooBlocks<T>::prepare(const std::vector<double>& wds) {
         },
         sumsq);
     b.sumsq            = sumsq;
-    const double trace = b2_ * b.trace + factor_w * sumsq;
+    const double trace = next_trace(b);
     if (!b.factors.empty() && !(trace <= static_cast<double>(std::numeric_limits<T>::max()))) {
       std::ostringstream msg;
       msg << "koptim::Shampoo::step: " << b.where(ps_, layouts_) << ": the gradient's squared norm (" << sumsq
@@ -314,12 +317,11 @@ std::string ShampooBlocks<T>::prepare(const std::vector<double>& wds) {
 }
 
 template <class T>
-void ShampooBlocks<T>::accumulate(std::int64_t t, const std::vector<double>& wds) {
-  (void)wds;
-  const T factor_w = static_cast<T>(b2_ < 1.0 ? 1.0 - b2_ : 1.0), b2 = static_cast<T>(b2_);
+void ShampooBlocks<T>::accumulate(std::int64_t t) {
+  const T factor_w = static_cast<T>(factor_w_), b2 = static_cast<T>(b2_);
   for (auto& b : blocks_) {
     const auto g = b.g;
-    b.trace      = b2_ * b.trace + (b2_ < 1.0 ? 1.0 - b2_ : 1.0) * b.sumsq;
+    b.trace      = next_trace(b);
     // Factors: L_j <- b2 L_j + w G_(j) G_(j)^T.
     for (int j = 0; j < static_cast<int>(b.factors.size()); ++j) {
       const auto& f = b.factors[j];
@@ -367,7 +369,7 @@ void ShampooBlocks<T>::accumulate(std::int64_t t, const std::vector<double>& wds
 template <class T>
 void ShampooBlocks<T>::correct() {
   if (!o_.eigenvalue_corrected) return;
-  const T factor_w = static_cast<T>(b2_ < 1.0 ? 1.0 - b2_ : 1.0), b2 = static_cast<T>(b2_);
+  const T factor_w = static_cast<T>(factor_w_), b2 = static_cast<T>(b2_);
   for (auto& b : blocks_) {
     precondition(b, b.g, b.p, b.q, false);  // b.p = R
     const auto E = b.correction, R = b.p;
@@ -908,8 +910,8 @@ void Shampoo::update(std::int64_t t, const std::vector<double>& lrs) {
   try {
     {
       Impl::ScopedRegion r("koptim::Shampoo::accumulate");
-      f32_->accumulate(t, wds);
-      f64_->accumulate(t, wds);
+      f32_->accumulate(t);
+      f64_->accumulate(t);
       lap(times_.accumulate);
     }
     if ((t % f == 0 && t > s) || t == s) {

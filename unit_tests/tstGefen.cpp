@@ -137,6 +137,14 @@ struct ReferenceTensor {
     }
   }
 
+  // m / absmax as the kernels compute it: m * (1 / absmax), or m / absmax where 1 / absmax
+  // overflows; 0 for an all-zero block.
+  static T normalise(T m, T amax) {
+    if (amax == T(0)) return T(0);
+    const T inv = T(1) / amax;
+    return std::isfinite(inv) ? m * inv : m / amax;
+  }
+
   static int nearest(const std::vector<float>& c, T x) {
     int best = 0;
     for (int k = 1; k < static_cast<int>(c.size()); ++k)
@@ -196,7 +204,7 @@ struct ReferenceTensor {
       absmax[a] = amax;
       for (std::int64_t k = 0; k < S; ++k) {
         const std::int64_t i = a * S + k;
-        idx[i]               = nearest(c, amax > 0 ? m[k] / amax : T(0));
+        idx[i]               = nearest(c, normalise(m[k], amax));
         const T mq           = static_cast<T>(c[idx[i]]) * amax;
         w[i]                 = w[i] + (neg_step_size * mq) / (std::sqrt(vi[i]) / bc2_sqrt + eps);
       }
@@ -450,7 +458,8 @@ TEST(Gefen, QuantizedMomentumErrorStaysBounded) {
 }
 
 // state_bytes() is exact: per tensor n index bytes, one T per scale block and the second
-// moment (shared, factored or full), plus the codebook (256 float) and its lookup (4096 bytes).
+// moment (shared, factored or full), plus the codebook (256 float) and its lookup (8193 pairs of
+// uint8 for a learned codebook).
 TEST(Gefen, StateBytesAreExactAndReported) {
   TestTensor<float> a({64, 96}, "a"), b({100}, "b"), c({1, 4096}, "c");
   TestTensor<double> d({7, 11}, "d");
@@ -482,7 +491,8 @@ TEST(Gefen, StateBytesAreExactAndReported) {
   // d: double, 77 elements.
   EXPECT_EQ(infos[3].second_moment, GefenSecondMoment::full);
   EXPECT_EQ(infos[3].state_bytes, 77u + 8 + 77 * 8);
-  std::size_t sum = 1024 + 4096;
+  const std::size_t lookup = 2 * (8192 + 1);
+  std::size_t sum          = 1024 + lookup;
   for (const auto& i : infos) sum += i.state_bytes;
   EXPECT_EQ(opt->state_bytes(), sum);
   const std::string s = gefen(opt).summary();
@@ -498,7 +508,7 @@ TEST(Gefen, StateBytesAreExactAndReported) {
     else
       bytes += kv.second.data.size();
   }
-  EXPECT_EQ(bytes + static_cast<std::size_t>(index) + 4096, opt->state_bytes());
+  EXPECT_EQ(bytes + static_cast<std::size_t>(index) + lookup, opt->state_bytes());
 }
 
 // The parameter list: defaults as AdamW's (weight decay 0), expert keys validated.
@@ -543,6 +553,84 @@ TEST(Gefen, ParameterList) {
   koptim::GefenOptions o;
   o.betas[0] = 1.0;
   EXPECT_THROW(koptim::Gefen(m.params, koptim::CommonOptions{}, o), koptim::ConfigError);
+}
+
+// The nearest-entry lookup against brute force, in float and double, on an imported codebook
+// made to be hard: 200 distinct entries 2^-14 apart around 0 (the closest an import may have,
+// which needs a finer lookup than a learned codebook), runs of repeated entries (ties go to the
+// first copy), and momenta at exact midpoints (ties go to the lower entry). With indices and
+// scales reset to zero the new momentum is (1 - b1) g, in each block scaled by its first
+// element, g = 1.
+TEST(Gefen, NearestEntryLookupEqualsBruteForce) {
+  Model m;
+  auto opt = make(m.params, {});
+  m.gradients(1);
+  opt->step();
+  auto state = opt->export_state();
+  std::vector<float> c(256);
+  for (int k = 0; k < 256; ++k) {
+    if (k < 20)
+      c[k] = k == 0 ? -1.0f : -0.5f;  // 19 copies of -0.5
+    else if (k < 220)
+      c[k] = std::ldexp(static_cast<float>(k - 120), -14);
+    else
+      c[k] = k == 255 ? 1.0f : 0.25f + 0.0625f * static_cast<float>((k - 220) / 5);  // runs of 5
+  }
+  std::memcpy(state.tensors["codebook"].data.data(), c.data(), 1024);
+  for (auto& kv : state.tensors) {
+    const std::string& key = kv.first;
+    if (key.find("/indices") != std::string::npos || key.find("/absmax") != std::string::npos)
+      std::fill(kv.second.data.begin(), kv.second.data.end(), 0);
+  }
+  opt->import_state(state);
+  // x candidates: every entry, every midpoint, points between, and a spread over [-1, 1].
+  std::vector<double> xs;
+  for (int k = 0; k < 256; ++k) {
+    xs.push_back(c[k]);
+    if (k + 1 < 256) {
+      xs.push_back(0.5 * (static_cast<double>(c[k]) + c[k + 1]));
+      xs.push_back(0.3 * c[k] + 0.7 * c[k + 1]);
+    }
+  }
+  for (int j = 0; j <= 4000; ++j) xs.push_back(-1.0 + j / 2000.0);
+  const auto infos = gefen(opt).tensor_info();
+  const double b1  = 0.9;
+  std::vector<std::vector<double>> g;
+  for (const auto& info : infos) {
+    std::vector<double> x(info.size);
+    for (std::int64_t i = 0; i < info.size; ++i)
+      x[i] = i % info.scale_block == 0 ? 1.0 : xs[static_cast<std::size_t>(i * 7919) % xs.size()];
+    g.push_back(x);
+  }
+  auto set = [&](const auto& t, std::size_t k) { t.set(true, [&](std::int64_t i) { return g[k][i]; }); };
+  set(m.w1, 0);
+  set(m.b1, 1);
+  set(m.w2, 2);
+  set(m.w3, 3);
+  set(m.d, 4);
+  opt->step();
+  const auto after = opt->export_state();
+  auto check       = [&](auto zero, std::size_t t) {
+    using T           = decltype(zero);
+    const auto& info  = infos[t];
+    const auto idx    = values(after.tensors.at(info.name + "/indices"));
+    const T omb1      = static_cast<T>(1.0 - b1);
+    const T amax      = omb1 * T(1);
+    std::int64_t hits = 0;
+    for (std::int64_t i = 0; i < info.size; ++i) {
+      const T mi = static_cast<T>(b1) * (static_cast<T>(c[0]) * T(0)) + omb1 * static_cast<T>(g[t][i]);
+      const T x  = mi * (T(1) / amax);
+      int best   = 0;
+      for (int k = 1; k < 256; ++k)
+        if (std::abs(x - static_cast<T>(c[k])) < std::abs(x - static_cast<T>(c[best]))) best = k;
+      ASSERT_EQ(idx[i], best) << info.name << " element " << i << " x = " << x;
+      hits += best >= 20 && best < 220 ? 1 : 0;
+    }
+    EXPECT_GT(hits, info.size / 4) << info.name;  // the close entries are exercised
+  };
+  check(0.0f, 0);
+  check(0.0f, 2);
+  check(0.0, 4);
 }
 
 // Export, import into a fresh optimizer, continue: bitwise the same as never stopping; also
@@ -611,6 +699,10 @@ TEST(Gefen, ImportRejectsWhatDoesNotFitAndChangesNothing) {
   s = good;
   set_value(s.tensors["codebook"], 10, 2.0);
   expect_rejected(s, "'codebook' has value 2 at flat index 10");
+  s                = good;
+  const auto entry = values(s.tensors["codebook"]);
+  set_value(s.tensors["codebook"], 101, entry[100] + std::ldexp(1.0, -16));
+  expect_rejected(s, "apart; allowed: distinct entries at least 2^-14 apart");
   s = good;
   set_value(s.tensors["w1/indices"], 5, 300.0);
   expect_rejected(s, "'w1/indices' has value 300 at flat index 5");

@@ -36,7 +36,9 @@ const char* to_string(GefenSecondMoment k) {
 namespace {
 
 using gefen::codebook_size;
-constexpr int lookup_bins                    = 4096;
+constexpr int min_lookup_bins                = 8192;
+constexpr int max_lookup_bins                = 65536;
+const double min_codebook_gap                = std::ldexp(1.0, -14);  // for imports; see Lookup
 constexpr std::int64_t max_scale_group       = 256;
 constexpr std::int64_t factored_min_elements = 4096;
 
@@ -109,44 +111,145 @@ struct TensorState {
   }
 };
 
-// start[b] for the nearest-entry search: the largest k with c[k] <= -1 + 2 (b - 1) / lookup_bins
-// (0 for b = 0). The kernel's rounded bin of x can be one too high, never two, so c[start] <= x
-// and the nearest entry is at or above start; it is at most a few entries above, since entries
-// are at least one histogram bin (2 / 4096) apart except for repeated padding entries.
-std::vector<std::uint8_t> build_lookup(const std::vector<float>& c) {
-  std::vector<std::uint8_t> lut(lookup_bins, 0);
-  int k = 0;
-  for (int b = 1; b < lookup_bins; ++b) {
-    const double edge = -1.0 + 2.0 * static_cast<double>(b - 1) / lookup_bins;
-    while (k + 1 < codebook_size && static_cast<double>(c[k + 1]) <= edge) ++k;
-    lut[b] = static_cast<std::uint8_t>(k);
-  }
-  return lut;
+// The nearest-entry lookup. For x in [-1, 1] the kernels compute y = (x + 1) bins / 2, clamped
+// to [0, bins], and read pairs[int(y)] = lo | hi << 8: lo is the nearest entry to the lowest x
+// of that bin and hi the next distinct entry above it (lo when there is none), so that one
+// comparison, in the kernel's precision and with the reference's rule (nearest, ties to the
+// lower entry, repeated entries to their first copy), gives the answer. That holds when the x
+// of a bin, widened by the rounding of y, straddle at most one midpoint between entries: `bins`
+// is the smallest power of two from 8192 for which every bin passes that check. Distinct entries
+// of a learned codebook are at least half a histogram bin (2^-12) apart, and 8192 suffices for
+// them; an imported codebook must keep its distinct entries min_codebook_gap apart, for which
+// max_lookup_bins always suffices.
+struct Lookup {
+  int bins = 0;
+  std::vector<std::uint16_t> pairs;  // bins + 1 entries
+};
+
+// The first entry nearest to x (ties to the lower entry), in double.
+int nearest_entry_host(const std::vector<float>& c, double x) {
+  const auto first_copy = [&](std::size_t k) {
+    return static_cast<int>(std::lower_bound(c.begin(), c.end(), c[k]) - c.begin());
+  };
+  const auto above = std::lower_bound(c.begin(), c.end(), static_cast<float>(x)) - c.begin();
+  if (above == 0) return 0;
+  if (above == static_cast<std::ptrdiff_t>(c.size())) return first_copy(c.size() - 1);
+  const int a = first_copy(static_cast<std::size_t>(above - 1)), b = first_copy(static_cast<std::size_t>(above));
+  return x - static_cast<double>(c[a]) <= static_cast<double>(c[b]) - x ? a : b;
 }
 
+Lookup build_lookup(const std::vector<float>& c) {
+  // The kernels' bin of x differs from the exact one only for x within the rounding of x + 1 of
+  // a bin edge; the check widens each bin by far more than that.
+  const double slack = std::ldexp(1.0, -20);  // the kernels' rounding of x + 1: at most 2^-23
+  for (int bins = min_lookup_bins; bins <= max_lookup_bins; bins *= 2) {
+    Lookup L;
+    L.bins = bins;
+    L.pairs.resize(static_cast<std::size_t>(bins) + 1);
+    bool ok = true;
+    for (int b = 0; b <= bins && ok; ++b) {
+      const double lowest  = std::max(-1.0, -1.0 + 2.0 * b / bins - slack);
+      const double highest = std::min(1.0, -1.0 + 2.0 * (b + 1) / bins + slack);
+      const int lo         = nearest_entry_host(c, lowest);
+      const auto next      = std::upper_bound(c.begin(), c.end(), c[lo]) - c.begin();
+      const int hi         = next < codebook_size ? static_cast<int>(next) : lo;
+      const int top        = nearest_entry_host(c, highest);
+      ok                   = top == lo || top == hi;
+      L.pairs[b]           = static_cast<std::uint16_t>(lo | hi << 8);
+    }
+    if (ok) return L;
+  }
+  throw std::invalid_argument("koptim::Gefen: codebook entries too close for the nearest-entry lookup");
+}
+
+// Per-block reductions of the step: the sum of g^2 (in double) and max |m|, each in `lanes`
+// independent partial results. On a CPU core a single running sum would wait for each addition
+// to finish; eight lanes keep it busy (and vectorize). GPU teams already reduce as a tree: one
+// lane. Kokkos reduces this type through Sum (operator+= joins, the default value is the
+// identity; see the reduction_identity specialisation below).
+template <class T>
+struct BlockScan {
+  static constexpr int lanes = std::is_same<ExecutionSpace, Kokkos::DefaultHostExecutionSpace>::value ? 8 : 1;
+  double sum_sq[lanes];
+  T amax[lanes];
+
+  KOKKOS_INLINE_FUNCTION BlockScan() {
+    for (int l = 0; l < lanes; ++l) {
+      sum_sq[l] = 0.0;
+      amax[l]   = T(0);
+    }
+  }
+  KOKKOS_INLINE_FUNCTION void add_square(int l, T g) {
+    const double x = static_cast<double>(g);
+    sum_sq[l] += x * x;
+  }
+  KOKKOS_INLINE_FUNCTION void add(int l, T g, T m) {
+    add_square(l, g);
+    amax[l] = Impl::max(amax[l], Impl::abs(m));
+  }
+  KOKKOS_INLINE_FUNCTION BlockScan& operator+=(const BlockScan& o) {
+    for (int l = 0; l < lanes; ++l) {
+      sum_sq[l] += o.sum_sq[l];
+      amax[l] = Impl::max(amax[l], o.amax[l]);
+    }
+    return *this;
+  }
+  // Kokkos 3 joins through volatile references.
+  KOKKOS_INLINE_FUNCTION void operator+=(const volatile BlockScan& o) volatile {
+    for (int l = 0; l < lanes; ++l) {
+      sum_sq[l] += o.sum_sq[l];
+      const T a = o.amax[l];
+      if (a > amax[l]) amax[l] = a;
+    }
+  }
+  KOKKOS_INLINE_FUNCTION double total_sum_sq() const {
+    double s = 0.0;
+    for (int l = 0; l < lanes; ++l) s += sum_sq[l];
+    return s;
+  }
+  KOKKOS_INLINE_FUNCTION T max_abs() const {
+    T a = T(0);
+    for (int l = 0; l < lanes; ++l) a = Impl::max(a, amax[l]);
+    return a;
+  }
+};
+
 }  // namespace
+}  // namespace koptim
+
+namespace Kokkos {
+template <class T>
+struct reduction_identity<koptim::BlockScan<T>> {
+  KOKKOS_FORCEINLINE_FUNCTION static koptim::BlockScan<T> sum() { return koptim::BlockScan<T>(); }
+};
+}  // namespace Kokkos
+
+namespace koptim {
 
 struct Gefen::State {
   bool initialised = false;
   std::vector<float> codebook_host;
   Kokkos::View<float*, MemorySpace> codebook;
-  Kokkos::View<std::uint8_t*, MemorySpace> lookup;
+  Kokkos::View<std::uint16_t*, MemorySpace> lookup;  // Lookup::pairs
+  int lookup_bins = 0;
   std::vector<TensorState> tensors;
   Kokkos::View<double, MemorySpace> row_sum;  // workspace of the factored step (not state)
 
   void set_codebook(const std::vector<float>& c) {
-    codebook_host = c;
-    codebook      = Kokkos::View<float*, MemorySpace>("koptim::Gefen::codebook", codebook_size);
-    lookup        = Kokkos::View<std::uint8_t*, MemorySpace>("koptim::Gefen::codebook_lookup", lookup_bins);
-    const std::vector<std::uint8_t> lut = build_lookup(c);
+    const Lookup L = build_lookup(c);
+    codebook_host  = c;
+    codebook       = Kokkos::View<float*, MemorySpace>("koptim::Gefen::codebook", codebook_size);
+    lookup         = Kokkos::View<std::uint16_t*, MemorySpace>("koptim::Gefen::codebook_lookup", L.pairs.size());
+    lookup_bins    = L.bins;
     Kokkos::deep_copy(codebook, Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
                                     c.data(), codebook_size));
     Kokkos::deep_copy(lookup,
-                      Kokkos::View<const std::uint8_t*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
-                          lut.data(), lookup_bins));
+                      Kokkos::View<const std::uint16_t*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+                          L.pairs.data(), L.pairs.size()));
     row_sum     = Kokkos::View<double, MemorySpace>("koptim::Gefen::row_sum");
     initialised = true;
   }
+  std::size_t lookup_bytes() const { return lookup.size() * sizeof(std::uint16_t); }
 };
 
 namespace {
@@ -154,7 +257,6 @@ namespace {
 template <class T>
 struct Scalars {
   T b1, one_minus_b1, b2, one_minus_b2, neg_step_size, bc2_sqrt, eps, decay;
-  bool shrink;
 };
 
 template <class T>
@@ -170,8 +272,7 @@ Scalars<T> make_scalars(const GefenOptions& o, std::int64_t t, double lr, double
   s.neg_step_size = static_cast<T>(-(lr / bc1));
   s.bc2_sqrt      = static_cast<T>(std::sqrt(bc2));
   s.eps           = static_cast<T>(o.eps);
-  s.decay         = static_cast<T>(1.0 - lr * wd);
-  s.shrink        = wd != 0.0;
+  s.decay         = static_cast<T>(1.0 - lr * wd);  // exactly 1 without decay: W * 1 = W
   return s;
 }
 
@@ -181,27 +282,84 @@ KOKKOS_INLINE_FUNCTION T momentum(T entry, T absmax_old, T g, T b1, T one_minus_
   return b1 * (entry * absmax_old) + one_minus_b1 * g;
 }
 
-// The index of the codebook entry nearest to m / absmax (ties to the lower entry, repeated
-// entries to their first copy); m / absmax is in [-1, 1] since absmax = max |m| of its block.
-template <class T, class Codebook, class Lookup>
-KOKKOS_INLINE_FUNCTION int quantize(T m, T absmax, const Codebook& c, const Lookup& lut) {
-  const T x = absmax > T(0) ? m / absmax : T(0);
-  int b     = static_cast<int>((x + T(1)) * T(lookup_bins / 2));
-  b         = b < lookup_bins ? b : lookup_bins - 1;
-  int k     = lut(b);
-  while (k + 1 < codebook_size && (static_cast<T>(c(k + 1)) - x) < (x - static_cast<T>(c(k)))) ++k;
-  while (k > 0 && c(k - 1) == c(k)) --k;
-  return k;
+// x = m / absmax, in [-1, 1], as m * (1 / absmax): one division per scale block, not one per
+// element. When 1 / absmax overflows (a subnormal absmax, as momentum decays under zero
+// gradients), m / absmax. An absmax of 0 means every m of the block is 0: x = 0.
+template <class T>
+struct Normaliser {
+  T absmax, inverse;
+  bool divide;
+  KOKKOS_INLINE_FUNCTION explicit Normaliser(T a)
+      : absmax(a), inverse(a > T(0) ? T(1) / a : T(0)), divide(!Impl::is_finite(inverse)) {}
+  KOKKOS_INLINE_FUNCTION T operator()(T m) const { return divide ? m / absmax : m * inverse; }
+};
+
+// The index of the codebook entry nearest to x (ties to the lower entry, repeated entries to
+// their first copy) through the lookup pairs (see Lookup): no search loop and no branch, so that
+// CPUs do not mispredict on the data. A NaN x reads a valid bin.
+template <class T, class Codebook, class Pairs>
+KOKKOS_INLINE_FUNCTION int nearest_entry(T x, const Codebook& c, const Pairs& pairs, T bins) {
+  T y                 = (x + T(1)) * (bins / T(2));
+  y                   = y > T(0) ? y : T(0);
+  y                   = y < bins ? y : bins;
+  const unsigned pair = pairs(static_cast<int>(y));
+  const int lo = static_cast<int>(pair & 255u), hi = static_cast<int>(pair >> 8);
+  const int up = (static_cast<T>(c(hi)) - x) < (x - static_cast<T>(c(lo))) ? 1 : 0;
+  return lo + up * (hi - lo);
 }
 
 using TeamPolicy = Kokkos::TeamPolicy<ExecutionSpace>;
 using Member     = TeamPolicy::member_type;
+using Codebook   = Kokkos::View<float*, MemorySpace>;
+using Pairs      = Kokkos::View<std::uint16_t*, MemorySpace>;
+
+// 3.3 steps 1 and 3-4 over one block of n elements from `begin`: the sum of g^2 and the new
+// momentum's max |m|, in BlockScan's lanes (consecutive elements go to consecutive lanes).
+template <class T, class G, class Idx>
+KOKKOS_INLINE_FUNCTION BlockScan<T> scan_block(const Member& team, std::int64_t begin, std::int64_t n, const G& g,
+                                               const Idx& idx, const Codebook& cb, T absmax_old, const Scalars<T>& s) {
+  constexpr int W = BlockScan<T>::lanes;
+  BlockScan<T> scan;
+  Kokkos::parallel_reduce(
+      Kokkos::TeamThreadRange(team, (n + W - 1) / W),
+      [&](const std::int64_t chunk, BlockScan<T>& acc) {
+        const std::int64_t first = begin + chunk * W;
+        const auto visit         = [&](int l) {
+          const T gi = g(first + l);
+          acc.add(l, gi, momentum(static_cast<T>(cb(idx(first + l))), absmax_old, gi, s.b1, s.one_minus_b1));
+        };
+        if ((chunk + 1) * W <= n) {
+          for (int l = 0; l < W; ++l) visit(l);
+        } else {
+          for (int l = 0; l < n - chunk * W; ++l) visit(l);
+        }
+      },
+      scan);
+  return scan;
+}
+
+// The sum of g^2 over n elements from `begin`, in BlockScan's lanes.
+template <class G>
+KOKKOS_INLINE_FUNCTION double sum_of_squares(const Member& team, std::int64_t begin, std::int64_t n, const G& g) {
+  using T         = typename G::non_const_value_type;
+  constexpr int W = BlockScan<T>::lanes;
+  BlockScan<T> scan;
+  Kokkos::parallel_reduce(
+      Kokkos::TeamThreadRange(team, (n + W - 1) / W),
+      [&](const std::int64_t chunk, BlockScan<T>& acc) {
+        const std::int64_t first = begin + chunk * W;
+        const int width          = (chunk + 1) * W <= n ? W : static_cast<int>(n - chunk * W);
+        for (int l = 0; l < width; ++l) acc.add_square(l, g(first + l));
+      },
+      scan);
+  return scan.total_sum_sq();
+}
 
 // p > 1: one team per partition block (which is also the scale block): the shared second
 // moment, the new absmax, then requantization and the parameter update, in one kernel.
 template <class T>
-void step_shared(const Parameter& p, TensorState& st, const Kokkos::View<float*, MemorySpace>& cb,
-                 const Kokkos::View<std::uint8_t*, MemorySpace>& lut, const Scalars<T>& s) {
+void step_shared(const Parameter& p, TensorState& st, const Codebook& cb, const Pairs& lut, int bins,
+                 const Scalars<T>& s) {
   const auto w         = p.param.flat<T>();
   const auto g         = p.grad.flat<T>();
   const auto idx       = st.idx;
@@ -209,42 +367,27 @@ void step_shared(const Parameter& p, TensorState& st, const Kokkos::View<float*,
   const auto v         = st.v.view<T>();
   const std::int64_t P = st.layout.p;
   const double dp      = static_cast<double>(P);
+  const T tbins        = static_cast<T>(bins);
   Kokkos::parallel_for(
       "koptim::Gefen::step_shared", TeamPolicy(static_cast<int>(st.layout.scale_blocks), Kokkos::AUTO),
       KOKKOS_LAMBDA(const Member& team) {
         const std::int64_t b     = team.league_rank();
         const std::int64_t begin = b * P;
-        // Read before the reductions, which every thread of the team must reach before the
+        // Read before the reduction, which every thread of the team must reach before the
         // single write at the end: no thread reads these after they are overwritten.
-        const T old = amax_v(b);
-        const T vb0 = v(b);
-        double sum  = 0.0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, P),
-            [&](const std::int64_t k, double& acc) {
-              const double x = static_cast<double>(g(begin + k));
-              acc += x * x;
-            },
-            sum);
-        T amax = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, P),
-            [&](const std::int64_t k, T& m) {
-              const std::int64_t i = begin + k;
-              const T mi           = momentum(static_cast<T>(cb(idx(i))), old, g(i), s.b1, s.one_minus_b1);
-              m                    = Impl::max(m, Impl::abs(mi));
-            },
-            Kokkos::Max<T>(amax));
-        const T vb    = vb0 * s.b2 + s.one_minus_b2 * static_cast<T>(sum / dp);
-        const T denom = Impl::rms_denominator(vb, s.bc2_sqrt, s.eps);
+        const T old             = amax_v(b);
+        const T vb0             = v(b);
+        const BlockScan<T> scan = scan_block(team, begin, P, g, idx, cb, old, s);
+        const T amax            = scan.max_abs();
+        const T vb              = vb0 * s.b2 + s.one_minus_b2 * static_cast<T>(scan.total_sum_sq() / dp);
+        const T scale           = (s.neg_step_size * amax) / Impl::rms_denominator(vb, s.bc2_sqrt, s.eps);
+        const Normaliser<T> normal(amax);
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, P), [&](const std::int64_t k) {
           const std::int64_t i = begin + k;
           const T mi           = momentum(static_cast<T>(cb(idx(i))), old, g(i), s.b1, s.one_minus_b1);
-          const int q          = quantize(mi, amax, cb, lut);
+          const int q          = nearest_entry(normal(mi), cb, lut, tbins);
           idx(i)               = static_cast<std::uint8_t>(q);
-          T wi                 = w(i);
-          if (s.shrink) wi = wi * s.decay;
-          w(i) = wi + (s.neg_step_size * (static_cast<T>(cb(q)) * amax)) / denom;
+          w(i)                 = w(i) * s.decay + static_cast<T>(cb(q)) * scale;
         });
         Kokkos::single(Kokkos::PerTeam(team), [&]() {
           v(b)      = vb;
@@ -266,14 +409,7 @@ void update_factors(const Parameter& p, TensorState& st, const Kokkos::View<doub
       "koptim::Gefen::row_moments", TeamPolicy(static_cast<int>(rows), Kokkos::AUTO),
       KOKKOS_LAMBDA(const Member& team) {
         const std::int64_t r = team.league_rank();
-        double sum           = 0.0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, cols),
-            [&](const std::int64_t j, double& acc) {
-              const double x = static_cast<double>(g(r * cols + j));
-              acc += x * x;
-            },
-            sum);
+        const double sum     = sum_of_squares(team, r * cols, cols, g);
         Kokkos::single(Kokkos::PerTeam(team),
                        [&]() { R(r) = R(r) * s.b2 + s.one_minus_b2 * static_cast<T>(sum / dcols); });
       });
@@ -300,10 +436,10 @@ void update_factors(const Parameter& p, TensorState& st, const Kokkos::View<doub
       KOKKOS_LAMBDA(const std::int64_t r, double& acc) { acc += static_cast<double>(R(r)); }, row_sum);
 }
 
-// p = 1: one team per scale group; the second moment per element (full) or from the factors.
+// p = 1: one team per scale group; the second moment per element (full) or from the factors
+// (R_r C_j / mean(R), in double).
 template <class T>
-void step_unshared(const Parameter& p, TensorState& st, const Kokkos::View<float*, MemorySpace>& cb,
-                   const Kokkos::View<std::uint8_t*, MemorySpace>& lut,
+void step_unshared(const Parameter& p, TensorState& st, const Codebook& cb, const Pairs& lut, int bins,
                    const Kokkos::View<double, MemorySpace>& row_sum, const Scalars<T>& s) {
   const bool full = st.layout.kind == GefenSecondMoment::full;
   if (!full) update_factors(p, st, row_sum, s);
@@ -317,41 +453,38 @@ void step_unshared(const Parameter& p, TensorState& st, const Kokkos::View<float
   const std::int64_t S    = st.layout.scale_block;
   const std::int64_t cols = st.layout.cols;
   const double drows      = static_cast<double>(st.layout.rows);
+  const T tbins           = static_cast<T>(bins);
   Kokkos::parallel_for(
       "koptim::Gefen::step_unshared", TeamPolicy(static_cast<int>(st.layout.scale_blocks), Kokkos::AUTO),
       KOKKOS_LAMBDA(const Member& team) {
         const std::int64_t a     = team.league_rank();
         const std::int64_t begin = a * S;
         const T old              = amax_v(a);
-        T amax                   = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, S),
-            [&](const std::int64_t k, T& m) {
-              const std::int64_t i = begin + k;
-              const T mi           = momentum(static_cast<T>(cb(idx(i))), old, g(i), s.b1, s.one_minus_b1);
-              m                    = Impl::max(m, Impl::abs(mi));
-            },
-            Kokkos::Max<T>(amax));
+        const T amax             = scan_block(team, begin, S, g, idx, cb, old, s).max_abs();
+        const Normaliser<T> normal(amax);
+        // R_r C_j / mean(R) = R_r C_j * inv_mean (0 while the factors are all 0).
         const double mean_row = full ? 0.0 : row_sum() / drows;
+        const double inv_mean = mean_row > 0.0 ? 1.0 / mean_row : 0.0;
+        // The row of the block's first element; a block within one row (S divides cols, the
+        // usual case) never needs a division per element.
+        const std::int64_t row0 = full ? 0 : begin / cols;
+        const bool one_row      = !full && begin + S <= (row0 + 1) * cols;
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, S), [&](const std::int64_t k) {
           const std::int64_t i = begin + k;
           const T gi           = g(i);
           const T mi           = momentum(static_cast<T>(cb(idx(i))), old, gi, s.b1, s.one_minus_b1);
-          const int q          = quantize(mi, amax, cb, lut);
+          const int q          = nearest_entry(normal(mi), cb, lut, tbins);
           idx(i)               = static_cast<std::uint8_t>(q);
           T vi;
           if (full) {
             vi   = Impl::ema_square(v(i), gi, s.b2, s.one_minus_b2);
             v(i) = vi;
           } else {
-            const std::int64_t r = i / cols;
-            vi                   = mean_row > 0.0
-                                       ? static_cast<T>(static_cast<double>(R(r)) * static_cast<double>(C(i - r * cols)) / mean_row)
-                                       : T(0);
+            const std::int64_t r = one_row ? row0 : i / cols;
+            vi = static_cast<T>(static_cast<double>(R(r)) * static_cast<double>(C(i - r * cols)) * inv_mean);
           }
-          T wi = w(i);
-          if (s.shrink) wi = wi * s.decay;
-          w(i) = wi + (s.neg_step_size * (static_cast<T>(cb(q)) * amax)) / Impl::rms_denominator(vi, s.bc2_sqrt, s.eps);
+          w(i) = w(i) * s.decay +
+                 (s.neg_step_size * (static_cast<T>(cb(q)) * amax)) / Impl::rms_denominator(vi, s.bc2_sqrt, s.eps);
         });
         Kokkos::single(Kokkos::PerTeam(team), [&]() { amax_v(a) = amax; });
       });
@@ -475,7 +608,7 @@ std::vector<float> Gefen::codebook() const { return state_->codebook_host; }
 
 std::size_t Gefen::state_bytes() const {
   if (!state_->initialised) return 0;
-  std::size_t n = codebook_size * sizeof(float) + lookup_bins;
+  std::size_t n = codebook_size * sizeof(float) + state_->lookup_bytes();
   for (const auto& t : state_->tensors) n += t.bytes();
   return n;
 }
@@ -519,7 +652,7 @@ std::string Gefen::summary() const {
   const std::size_t bytes = state_bytes();
   s << ", state " << bytes << " bytes = " << std::fixed << std::setprecision(3)
     << (n > 0 ? static_cast<double>(bytes) / static_cast<double>(n) : 0.0) << " bytes/parameter (codebook and lookup "
-    << codebook_size * sizeof(float) + lookup_bins << ")\n";
+    << codebook_size * sizeof(float) + state_->lookup_bytes() << ")\n";
   if (comm_) {
     std::size_t held = 0;
     for (std::size_t i = 0; i < infos.size(); ++i) held += mine(i) ? 1 : 0;
@@ -642,9 +775,9 @@ void Gefen::update(std::int64_t t, const std::vector<double>& lrs) {
         using T            = decltype(zero);
         const auto scalars = make_scalars<T>(options_, t, lrs[p.group], weight_decay(p.group));
         if (ts.layout.kind == GefenSecondMoment::shared) {
-          step_shared<T>(p, ts, st.codebook, st.lookup, scalars);
+          step_shared<T>(p, ts, st.codebook, st.lookup, st.lookup_bins, scalars);
         } else {
-          step_unshared<T>(p, ts, st.codebook, st.lookup, st.row_sum, scalars);
+          step_unshared<T>(p, ts, st.codebook, st.lookup, st.lookup_bins, st.row_sum, scalars);
         }
       });
     }
@@ -783,6 +916,13 @@ void Gefen::check_tensors(const OptimizerState& state) const {
       if (ok && e.second.check == Expected::nonnegative) ok = y >= 0.0;
       if (ok && e.second.check == Expected::codebook) {
         ok = y >= -1.0 && y <= 1.0 && (k == 0 ? y == -1.0 : y >= x[k - 1]) && (k + 1 < x.size() || y == 1.0);
+      }
+      if (ok && e.second.check == Expected::codebook && k > 0 && y != x[k - 1] && y - x[k - 1] < min_codebook_gap) {
+        std::ostringstream s;
+        s << "state tensor '" << key << "' has entries " << x[k - 1] << " and " << y << " at flat indices " << k - 1
+          << " and " << k << ", " << y - x[k - 1]
+          << " apart; allowed: distinct entries at least 2^-14 apart (a learned codebook's are at least 2^-12)";
+        fail(s.str());
       }
       if (!ok) {
         std::ostringstream s;

@@ -19,24 +19,28 @@
 //                 p1_second_moment = full
 //
 // plus n uint8 indices; s is the largest divisor of n that is at most 256. Global: the codebook
-// (256 float) and its nearest-entry lookup table (4096 uint8).
+// (256 float) and its nearest-entry lookup table (8193 pairs of uint8 for a learned codebook; an
+// imported one whose distinct entries are closer than 2^-12 may need up to 65537).
 //
 // Factored second moment (koptim deviation of 3.2, Adafactor-style): the tensor is viewed as a
 // matrix (rows, cols) in memory order, rows = the extent of its slowest-varying dimension of
 // extent > 1 (the first one for LayoutRight, the last one for LayoutLeft), cols = n / rows.
 //   R_i <- b2 R_i + (1 - b2) mean_j g_ij^2,   C_j <- b2 C_j + (1 - b2) mean_i g_ij^2,
-//   v_ij = R_i C_j / mean_i(R_i)              (0 while mean(R) = 0),
+//   v_ij = R_i C_j (1 / mean_i(R_i))          (in double; 0 while mean(R) = 0),
 // which is exact for a rank-one g^2 and carries the same bias (1 - b2^t) as a per-element EMA.
 //
 // One step (3.3), per element i of block b, scale block a, in T unless noted:
 //   v_b   <- v_b b2 + (1 - b2) T(mean_{i in b} g_i^2)   (the sum in double; full: v_i b2 + (1-b2) g_i g_i)
-//   W_i   <- W_i T(1 - lr wd)                           (only when wd > 0)
+//   W_i   <- W_i T(1 - lr wd)                           (a factor of exactly 1 when wd = 0)
 //   m_i    = b1 (codebook[idx_i] absmax_a) + (1 - b1) g_i
-//   absmax_a <- max_{i in a} |m_i|;  idx_i <- nearest codebook entry to m_i / absmax_a (ties to the
-//             lower entry; 0 / 0 counts as 0)
-//   W_i   <- W_i + (T(-lr / (1 - b1^t)) codebook[idx_i] absmax_a) / (sqrt(v) / T(sqrt(1 - b2^t)) + eps)
-// which is 3.3 step 5 written in torch's Adam order of operations. The block sums and maxima
-// are team reductions: sums may associate differently on threaded backends, maxima never do.
+//   absmax_a <- max_{i in a} |m_i|;  idx_i <- nearest codebook entry to x_i = m_i (1 / absmax_a)
+//             (ties to the lower entry; x_i = m_i / absmax_a where 1 / absmax_a overflows, 0 when
+//             absmax_a = 0)
+//   shared:        W_i <- W_i + codebook[idx_i] ((T(-lr / (1 - b1^t)) absmax_a) / (sqrt(v_b) / T(sqrt(1 - b2^t)) + eps))
+//   full/factored: W_i <- W_i + (T(-lr / (1 - b1^t)) codebook[idx_i] absmax_a) / (sqrt(v_i) / T(sqrt(1 - b2^t)) + eps)
+// which is 3.3 step 5 written in torch's Adam order of operations (shared: one division per
+// block). The block sums and maxima are team reductions: sums associate differently on each
+// backend (8 lanes on CPUs), maxima never do.
 //
 // Sharded state (a communicator of N > 1 ranks; the factory's shard_state): each rank keeps the
 // whole state of a subset of the tensors (blocks, partitions and scales are per tensor), chosen
@@ -125,8 +129,8 @@ class Gefen : public Optimizer {
   std::vector<float> codebook() const;
 
   // Indices, absmax scales and second moments of every tensor (sharded: of this rank's
-  // tensors), plus the codebook (1024 bytes) and its lookup table (4096 bytes), which every rank
-  // holds, once initialised; 0 before the first step.
+  // tensors), plus the codebook (1024 bytes) and its lookup table (16386 bytes for a learned
+  // codebook), which every rank holds, once initialised; 0 before the first step.
   std::size_t state_bytes() const override;
 
  protected:

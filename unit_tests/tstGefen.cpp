@@ -97,7 +97,9 @@ koptim::Gefen& gefen(const std::unique_ptr<koptim::Optimizer>& o) { return dynam
 
 std::vector<double> values(const koptim::StateTensor& t) {
   std::vector<double> out(t.size());
-  if (t.dtype == koptim::ScalarType::float32) {
+  if (t.dtype == koptim::ScalarType::uint8) {
+    std::copy(t.data.begin(), t.data.end(), out.begin());
+  } else if (t.dtype == koptim::ScalarType::float32) {
     std::vector<float> f(out.size());
     std::memcpy(f.data(), t.data.data(), f.size() * 4);
     std::copy(f.begin(), f.end(), out.begin());
@@ -498,17 +500,16 @@ TEST(Gefen, StateBytesAreExactAndReported) {
   const std::string s = gefen(opt).summary();
   for (const char* frag : {"Gefen: 4 tensors", "factored", "(64, 96)", "bytes/parameter"})
     EXPECT_NE(s.find(frag), std::string::npos) << s;
-  // The exported tensors hold exactly this state (indices exported as float32).
-  const auto st      = opt->export_state();
-  std::size_t bytes  = 0;
-  std::int64_t index = 0;
+  // The exported tensors hold exactly this state, indices as uint8, plus the codebook (the
+  // lookup table is derived from it).
+  const auto st     = opt->export_state();
+  std::size_t bytes = 0;
   for (const auto& kv : st.tensors) {
     if (kv.first.size() > 8 && kv.first.substr(kv.first.size() - 8) == "/indices")
-      index += kv.second.size();
-    else
-      bytes += kv.second.data.size();
+      EXPECT_EQ(kv.second.dtype, koptim::ScalarType::uint8) << kv.first;
+    bytes += kv.second.data.size();
   }
-  EXPECT_EQ(bytes + static_cast<std::size_t>(index) + lookup, opt->state_bytes());
+  EXPECT_EQ(bytes + lookup, opt->state_bytes());
 }
 
 // The parameter list: defaults as AdamW's (weight decay 0), expert keys validated.
@@ -703,12 +704,12 @@ TEST(Gefen, ImportRejectsWhatDoesNotFitAndChangesNothing) {
   const auto entry = values(s.tensors["codebook"]);
   set_value(s.tensors["codebook"], 101, entry[100] + std::ldexp(1.0, -16));
   expect_rejected(s, "apart; allowed: distinct entries at least 2^-14 apart");
+  s                             = good;
+  s.tensors["w1/indices"].dtype = koptim::ScalarType::float32;  // 4 x too few bytes, too
+  expect_rejected(s, "'w1/indices' has scalar type float32, expected uint8");
   s = good;
-  set_value(s.tensors["w1/indices"], 5, 300.0);
-  expect_rejected(s, "'w1/indices' has value 300 at flat index 5");
-  s = good;
-  set_value(s.tensors["b1/indices"], 0, 1.5);
-  expect_rejected(s, "'b1/indices' has value 1.5");
+  s.tensors["b1/indices"].data.pop_back();
+  expect_rejected(s, "'b1/indices' has shape (96,) (95 bytes), expected (96,)");
   s = good;
   set_value(s.tensors["d/absmax"], 0, std::numeric_limits<double>::quiet_NaN());
   expect_rejected(s, "'d/absmax' has value nan");

@@ -493,7 +493,9 @@ void step_unshared(const Parameter& p, TensorState& st, const Codebook& cb, cons
 // Values of a state tensor as doubles (for validation).
 std::vector<double> values_of(const StateTensor& t) {
   std::vector<double> out(static_cast<std::size_t>(t.size()));
-  if (t.dtype == ScalarType::float32) {
+  if (t.dtype == ScalarType::uint8) {
+    std::copy(t.data.begin(), t.data.begin() + static_cast<std::ptrdiff_t>(out.size()), out.begin());
+  } else if (t.dtype == ScalarType::float32) {
     std::vector<float> f(out.size());
     std::memcpy(f.data(), t.data.data(), f.size() * sizeof(float));
     std::copy(f.begin(), f.end(), out.begin());
@@ -815,14 +817,13 @@ void Gefen::export_tensors(OptimizerState& state) const {
     const TensorState& t                = state_->tensors[i];
     const Layout& L                     = t.layout;
     state.integers[name + "/partition"] = L.p;
-    auto h                              = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), t.idx);
-    std::vector<float> f(static_cast<std::size_t>(L.n));
-    for (std::int64_t k = 0; k < L.n; ++k) f[k] = static_cast<float>(h(k));
     StateTensor ix;
-    ix.dtype = ScalarType::float32;
+    ix.dtype = ScalarType::uint8;
     ix.shape = ps[i].param.shape;
-    ix.data.resize(f.size() * sizeof(float));
-    if (!f.empty()) std::memcpy(ix.data.data(), f.data(), ix.data.size());
+    ix.data.resize(static_cast<std::size_t>(L.n));
+    Kokkos::deep_copy(Kokkos::View<std::uint8_t*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+                          reinterpret_cast<std::uint8_t*>(ix.data.data()), ix.data.size()),
+                      t.idx);
     state.tensors[name + "/indices"] = std::move(ix);
     state.tensors[name + "/absmax"]  = t.absmax.to_state({L.scale_blocks});
     if (L.kind == GefenSecondMoment::factored) {
@@ -872,7 +873,7 @@ void Gefen::check_tensors(const OptimizerState& state) const {
       integers.insert(key);
       const Layout L                = make_layout(p.param, part, options_);
       const ScalarType T            = p.param.dtype;
-      expected[p.name + "/indices"] = {ScalarType::float32, p.param.shape, Expected::index};
+      expected[p.name + "/indices"] = {ScalarType::uint8, p.param.shape, Expected::index};
       expected[p.name + "/absmax"]  = {T, {L.scale_blocks}, Expected::nonnegative};
       if (L.kind == GefenSecondMoment::factored) {
         expected[p.name + "/exp_avg_sq_row"] = {T, {L.rows}, Expected::nonnegative};
@@ -950,10 +951,10 @@ void Gefen::import_tensors(const OptimizerState& state) {
     const Layout L    = make_layout(p.param, state.integers.at(p.name + "/partition"), options_);
     fresh->tensors[i] = TensorState(p.name, p.param.dtype, L);
     TensorState& t    = fresh->tensors[i];
-    const auto f      = values_of(state.tensors.at(p.name + "/indices"));
-    auto h            = Kokkos::create_mirror_view(t.idx);
-    for (std::int64_t k = 0; k < L.n; ++k) h(k) = static_cast<std::uint8_t>(f[k]);
-    Kokkos::deep_copy(t.idx, h);
+    const auto& ix    = state.tensors.at(p.name + "/indices").data;
+    Kokkos::deep_copy(t.idx,
+                      Kokkos::View<const std::uint8_t*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+                          reinterpret_cast<const std::uint8_t*>(ix.data()), ix.size()));
     t.absmax.assign(state.tensors.at(p.name + "/absmax"));
     if (L.kind == GefenSecondMoment::factored) {
       t.row.assign(state.tensors.at(p.name + "/exp_avg_sq_row"));

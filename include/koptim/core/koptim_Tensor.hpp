@@ -20,10 +20,32 @@ namespace koptim {
 using ExecutionSpace = Kokkos::DefaultExecutionSpace;
 using MemorySpace    = ExecutionSpace::memory_space;
 
-enum class ScalarType { float32, float64 };
+// Parameters, gradients and most state are float32 or float64; uint8 is for state tensors only
+// (Gefen's codebook indices).
+enum class ScalarType { float32, float64, uint8 };
 
-inline const char* to_string(ScalarType t) { return t == ScalarType::float32 ? "float32" : "float64"; }
-inline std::size_t size_of(ScalarType t) { return t == ScalarType::float32 ? 4 : 8; }
+inline const char* to_string(ScalarType t) {
+  switch (t) {
+    case ScalarType::float32:
+      return "float32";
+    case ScalarType::float64:
+      return "float64";
+    case ScalarType::uint8:
+      return "uint8";
+  }
+  return "";
+}
+inline std::size_t size_of(ScalarType t) {
+  switch (t) {
+    case ScalarType::float32:
+      return 4;
+    case ScalarType::float64:
+      return 8;
+    case ScalarType::uint8:
+      return 1;
+  }
+  return 0;
+}
 
 template <class T>
 constexpr ScalarType scalar_type_of() {
@@ -32,9 +54,11 @@ constexpr ScalarType scalar_type_of() {
   return std::is_same<T, float>::value ? ScalarType::float32 : ScalarType::float64;
 }
 
-// Calls f(float{}) or f(double{}) for the run-time scalar type.
+// Calls f(float{}) or f(double{}) for the run-time scalar type of a parameter or a floating
+// state buffer.
 template <class F>
 decltype(auto) dispatch(ScalarType t, F&& f) {
+  if (t == ScalarType::uint8) throw std::logic_error("koptim: dispatch on uint8, which is not a floating type");
   if (t == ScalarType::float32) return f(float{});
   return f(double{});
 }

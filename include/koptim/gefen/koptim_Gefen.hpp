@@ -36,8 +36,9 @@
 //   absmax_a <- max_{i in a} |m_i|;  idx_i <- nearest codebook entry to x_i = m_i (1 / absmax_a)
 //             (ties to the lower entry; x_i = m_i / absmax_a where 1 / absmax_a overflows, 0 when
 //             absmax_a = 0)
-//   shared:        W_i <- W_i + codebook[idx_i] ((T(-lr / (1 - b1^t)) absmax_a) / (sqrt(v_b) / T(sqrt(1 - b2^t)) + eps))
-//   full/factored: W_i <- W_i + (T(-lr / (1 - b1^t)) codebook[idx_i] absmax_a) / (sqrt(v_i) / T(sqrt(1 - b2^t)) + eps)
+//   shared:        W_i <- W_i + codebook[idx_i] ((T(-lr / (1 - b1^t)) absmax_a) / (sqrt(v_b) / T(sqrt(1 - b2^t)) +
+//   eps)) full/factored: W_i <- W_i + (T(-lr / (1 - b1^t)) codebook[idx_i] absmax_a) / (sqrt(v_i) / T(sqrt(1 - b2^t)) +
+//   eps)
 // which is 3.3 step 5 written in torch's Adam order of operations (shared: one division per
 // block). The block sums and maxima are team reductions: sums associate differently on each
 // backend (8 lanes on CPUs), maxima never do.
@@ -136,8 +137,8 @@ class Gefen : public Optimizer {
  protected:
   void update(std::int64_t t, const std::vector<double>& lrs) override;
   // State keys: integer "initialised"; once initialised, tensor "codebook" (float32, 256),
-  // integer "<name>/partition", tensors "<name>/indices" (float32 holding 0..255, the
-  // parameter's shape: OptimizerState has no uint8 type), "<name>/absmax", and
+  // integer "<name>/partition", tensors "<name>/indices" (uint8, the parameter's
+  // shape), "<name>/absmax", and
   // "<name>/exp_avg_sq" (shared, full) or "<name>/exp_avg_sq_row" and "<name>/exp_avg_sq_col"
   // (factored). Layouts follow from the partition and this optimizer's options. Sharded: the
   // tensors of this rank's tensors only (plus "initialised" and "codebook"); a state whose set of

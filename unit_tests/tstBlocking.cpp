@@ -1,6 +1,7 @@
 // Shampoo blocking (ALGORITHMS.md 2.1): merged shapes from the spec's examples and hand
 // derivations, blocks checked against a brute-force coverage count, and the greedy
 // merge rule checked as a property on random shapes.
+#include <koptim/shampoo/koptim_BlockMap.hpp>
 #include <koptim/shampoo/koptim_Blocking.hpp>
 
 #include <gtest/gtest.h>
@@ -247,3 +248,55 @@ TEST(Blocking, RejectsBadInput) {
 }
 
 }  // namespace
+
+// BlockMap: every block element's memory offset against a computation through explicit
+// multi-indices (block -> merged -> original dimensions -> strides of the View's layout), for
+// both layouts; elements of a run are contiguous, and LayoutRight blocks have runs of their last
+// extent (the gather and scatter then need one index computation per run).
+TEST(BlockMap, OffsetsAndRunsMatchMultiIndices) {
+  for (const Shape& shape : {Shape{10, 7}, Shape{3, 4, 5}, Shape{2, 3, 40, 6}, Shape{100}, Shape{6, 1, 9}}) {
+    for (bool right : {true, false}) {
+      for (std::int64_t max_dim : {4, 16, 1024}) {
+        const auto layout = compute_block_layout(shape, opts(max_dim));
+        koptim::TensorRef t;
+        t.shape        = shape;
+        t.layout_right = right || shape.size() == 1;
+        t.size         = product(shape);
+        const int r    = static_cast<int>(shape.size());
+        std::vector<std::int64_t> stride(r, 1);
+        for (int d = 1; d < r; ++d) {
+          if (t.layout_right)
+            stride[r - 1 - d] = stride[r - d] * shape[r - d];
+          else
+            stride[d] = stride[d - 1] * shape[d - 1];
+        }
+        for (const auto& blk : layout.blocks) {
+          const auto map = koptim::shampoo::make_block_map(layout, blk, t);
+          SCOPED_TRACE(::testing::Message() << "shape " << koptim::shape_string(shape) << (right ? " right" : " left")
+                                            << " max " << max_dim << " block " << blk.index);
+          for (std::int64_t e = 0; e < blk.num_elements(); ++e) {
+            std::vector<std::int64_t> original(r, 0);
+            std::int64_t rest = e;
+            for (int j = blk.order() - 1; j >= 0; --j) {
+              std::int64_t merged = blk.offsets[j] + rest % blk.sizes[j];
+              rest /= blk.sizes[j];
+              const auto& from = layout.merged_from[j];
+              for (int g = static_cast<int>(from.size()) - 1; g >= 0; --g) {
+                original[from[g]] = merged % shape[from[g]];
+                merged /= shape[from[g]];
+              }
+            }
+            std::int64_t offset = 0;
+            for (int d = 0; d < r; ++d) offset += original[d] * stride[d];
+            ASSERT_EQ(map(e), offset) << "element " << e;
+            ASSERT_EQ(map(e), map(e - e % map.run) + e % map.run) << "element " << e << ", run " << map.run;
+          }
+          if (t.layout_right) EXPECT_EQ(map.run, blk.sizes.back());
+          if (!t.layout_right && blk.sizes.back() > 1 && shape.size() > 1 && layout.merged_shape.size() > 1) {
+            EXPECT_EQ(map.run, 1);
+          }
+        }
+      }
+    }
+  }
+}

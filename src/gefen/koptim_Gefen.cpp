@@ -1,5 +1,6 @@
 #include <koptim/comm/koptim_Communicator.hpp>
 #include <koptim/core/koptim_Check.hpp>
+#include <koptim/core/koptim_Lanes.hpp>
 #include <koptim/core/koptim_Math.hpp>
 #include <koptim/core/koptim_Profiling.hpp>
 #include <koptim/diagonal/koptim_DiagonalMath.hpp>
@@ -162,55 +163,20 @@ Lookup build_lookup(const std::vector<float>& c) {
   throw std::invalid_argument("koptim::Gefen: codebook entries too close for the nearest-entry lookup");
 }
 
-// Per-block reductions of the step: the sum of g^2 (in double) and max |m|, each in `lanes`
-// independent partial results. On a CPU core a single running sum would wait for each addition
-// to finish; eight lanes keep it busy (and vectorize). GPU teams already reduce as a tree: one
-// lane. Kokkos reduces this type through Sum (operator+= joins, the default value is the
-// identity; see the reduction_identity specialisation below).
+// The per-block reductions of the step in one pass: the sum of g^2 (in double) and max |m|.
 template <class T>
 struct BlockScan {
-  static constexpr int lanes = std::is_same<ExecutionSpace, Kokkos::DefaultHostExecutionSpace>::value ? 8 : 1;
-  double sum_sq[lanes];
-  T amax[lanes];
+  Impl::Lanes<double, Impl::Plus> sum_sq;
+  Impl::Lanes<T, Impl::MaxNonNegative> amax;
 
-  KOKKOS_INLINE_FUNCTION BlockScan() {
-    for (int l = 0; l < lanes; ++l) {
-      sum_sq[l] = 0.0;
-      amax[l]   = T(0);
-    }
-  }
-  KOKKOS_INLINE_FUNCTION void add_square(int l, T g) {
-    const double x = static_cast<double>(g);
-    sum_sq[l] += x * x;
-  }
-  KOKKOS_INLINE_FUNCTION void add(int l, T g, T m) {
-    add_square(l, g);
-    amax[l] = Impl::max(amax[l], Impl::abs(m));
-  }
   KOKKOS_INLINE_FUNCTION BlockScan& operator+=(const BlockScan& o) {
-    for (int l = 0; l < lanes; ++l) {
-      sum_sq[l] += o.sum_sq[l];
-      amax[l] = Impl::max(amax[l], o.amax[l]);
-    }
+    sum_sq += o.sum_sq;
+    amax += o.amax;
     return *this;
   }
-  // Kokkos 3 joins through volatile references.
   KOKKOS_INLINE_FUNCTION void operator+=(const volatile BlockScan& o) volatile {
-    for (int l = 0; l < lanes; ++l) {
-      sum_sq[l] += o.sum_sq[l];
-      const T a = o.amax[l];
-      if (a > amax[l]) amax[l] = a;
-    }
-  }
-  KOKKOS_INLINE_FUNCTION double total_sum_sq() const {
-    double s = 0.0;
-    for (int l = 0; l < lanes; ++l) s += sum_sq[l];
-    return s;
-  }
-  KOKKOS_INLINE_FUNCTION T max_abs() const {
-    T a = T(0);
-    for (int l = 0; l < lanes; ++l) a = Impl::max(a, amax[l]);
-    return a;
+    sum_sq += o.sum_sq;
+    amax += o.amax;
   }
 };
 
@@ -314,45 +280,17 @@ using Codebook   = Kokkos::View<float*, MemorySpace>;
 using Pairs      = Kokkos::View<std::uint16_t*, MemorySpace>;
 
 // 3.3 steps 1 and 3-4 over one block of n elements from `begin`: the sum of g^2 and the new
-// momentum's max |m|, in BlockScan's lanes (consecutive elements go to consecutive lanes).
+// momentum's max |m|.
 template <class T, class G, class Idx>
 KOKKOS_INLINE_FUNCTION BlockScan<T> scan_block(const Member& team, std::int64_t begin, std::int64_t n, const G& g,
                                                const Idx& idx, const Codebook& cb, T absmax_old, const Scalars<T>& s) {
-  constexpr int W = BlockScan<T>::lanes;
   BlockScan<T> scan;
-  Kokkos::parallel_reduce(
-      Kokkos::TeamThreadRange(team, (n + W - 1) / W),
-      [&](const std::int64_t chunk, BlockScan<T>& acc) {
-        const std::int64_t first = begin + chunk * W;
-        const auto visit         = [&](int l) {
-          const T gi = g(first + l);
-          acc.add(l, gi, momentum(static_cast<T>(cb(idx(first + l))), absmax_old, gi, s.b1, s.one_minus_b1));
-        };
-        if ((chunk + 1) * W <= n) {
-          for (int l = 0; l < W; ++l) visit(l);
-        } else {
-          for (int l = 0; l < n - chunk * W; ++l) visit(l);
-        }
-      },
-      scan);
+  Impl::team_lane_reduce(team, n, scan, [&](BlockScan<T>& acc, int l, std::int64_t k) {
+    const T gi = g(begin + k);
+    acc.sum_sq.add(l, static_cast<double>(gi) * static_cast<double>(gi));
+    acc.amax.add(l, Impl::abs(momentum(static_cast<T>(cb(idx(begin + k))), absmax_old, gi, s.b1, s.one_minus_b1)));
+  });
   return scan;
-}
-
-// The sum of g^2 over n elements from `begin`, in BlockScan's lanes.
-template <class G>
-KOKKOS_INLINE_FUNCTION double sum_of_squares(const Member& team, std::int64_t begin, std::int64_t n, const G& g) {
-  using T         = typename G::non_const_value_type;
-  constexpr int W = BlockScan<T>::lanes;
-  BlockScan<T> scan;
-  Kokkos::parallel_reduce(
-      Kokkos::TeamThreadRange(team, (n + W - 1) / W),
-      [&](const std::int64_t chunk, BlockScan<T>& acc) {
-        const std::int64_t first = begin + chunk * W;
-        const int width          = (chunk + 1) * W <= n ? W : static_cast<int>(n - chunk * W);
-        for (int l = 0; l < width; ++l) acc.add_square(l, g(first + l));
-      },
-      scan);
-  return scan.total_sum_sq();
 }
 
 // p > 1: one team per partition block (which is also the scale block): the shared second
@@ -378,8 +316,8 @@ void step_shared(const Parameter& p, TensorState& st, const Codebook& cb, const 
         const T old             = amax_v(b);
         const T vb0             = v(b);
         const BlockScan<T> scan = scan_block(team, begin, P, g, idx, cb, old, s);
-        const T amax            = scan.max_abs();
-        const T vb              = vb0 * s.b2 + s.one_minus_b2 * static_cast<T>(scan.total_sum_sq() / dp);
+        const T amax            = scan.amax.result();
+        const T vb              = vb0 * s.b2 + s.one_minus_b2 * static_cast<T>(scan.sum_sq.result() / dp);
         const T scale           = (s.neg_step_size * amax) / Impl::rms_denominator(vb, s.bc2_sqrt, s.eps);
         const Normaliser<T> normal(amax);
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, P), [&](const std::int64_t k) {
@@ -409,7 +347,10 @@ void update_factors(const Parameter& p, TensorState& st, const Kokkos::View<doub
       "koptim::Gefen::row_moments", TeamPolicy(static_cast<int>(rows), Kokkos::AUTO),
       KOKKOS_LAMBDA(const Member& team) {
         const std::int64_t r = team.league_rank();
-        const double sum     = sum_of_squares(team, r * cols, cols, g);
+        const double sum     = Impl::team_lane_sum(team, cols, [&](std::int64_t j) {
+          const double x = static_cast<double>(g(r * cols + j));
+          return x * x;
+        });
         Kokkos::single(Kokkos::PerTeam(team),
                        [&]() { R(r) = R(r) * s.b2 + s.one_minus_b2 * static_cast<T>(sum / dcols); });
       });
@@ -460,7 +401,7 @@ void step_unshared(const Parameter& p, TensorState& st, const Codebook& cb, cons
         const std::int64_t a     = team.league_rank();
         const std::int64_t begin = a * S;
         const T old              = amax_v(a);
-        const T amax             = scan_block(team, begin, S, g, idx, cb, old, s).max_abs();
+        const T amax             = scan_block(team, begin, S, g, idx, cb, old, s).amax.result();
         const Normaliser<T> normal(amax);
         // R_r C_j / mean(R) = R_r C_j * inv_mean (0 while the factors are all 0).
         const double mean_row = full ? 0.0 : row_sum() / drows;

@@ -1,6 +1,7 @@
 #include <koptim/comm/koptim_BF16.hpp>
 #include <koptim/comm/koptim_Communicator.hpp>
 #include <koptim/core/koptim_Check.hpp>
+#include <koptim/core/koptim_Lanes.hpp>
 #include <koptim/core/koptim_Math.hpp>
 #include <koptim/core/koptim_Profiling.hpp>
 #include <koptim/diagonal/koptim_DiagonalMath.hpp>
@@ -82,6 +83,34 @@ void fill_identity(const Bank<T>& X) {
   Kokkos::parallel_for(
       "koptim::Shampoo::identity", Kokkos::RangePolicy<ExecutionSpace>(0, static_cast<std::int64_t>(X.extent(0)) * n),
       KOKKOS_LAMBDA(const std::int64_t k) { X(k / n, k % n, k % n) = T(1); });
+}
+
+// The sum over the elements e of a block of f(e, k), k the element's offset in the user's View
+// (the gather and the scatter between a parameter and its block's contiguous buffer). Runs of
+// contiguous elements (BlockMap::run) take a team each, with one index computation per run;
+// other blocks (column-major parameters, whose block rows are strided) one index computation
+// per element.
+template <class F>
+double reduce_block(const char* label, const shampoo::BlockMap& map, std::int64_t size, const F& f) {
+  double sum = 0.0;
+  if (map.run > 1) {
+    using TeamPolicy       = Kokkos::TeamPolicy<ExecutionSpace>;
+    const std::int64_t run = map.run;
+    Kokkos::parallel_reduce(
+        label, TeamPolicy(static_cast<int>(size / run), Kokkos::AUTO),
+        KOKKOS_LAMBDA(const TeamPolicy::member_type& team, double& acc) {
+          const std::int64_t first = team.league_rank() * run;
+          const std::int64_t base  = map(first);
+          const double part = Impl::team_lane_sum(team, run, [&](std::int64_t i) { return f(first + i, base + i); });
+          Kokkos::single(Kokkos::PerTeam(team), [&]() { acc += part; });
+        },
+        sum);
+  } else {
+    Kokkos::parallel_reduce(
+        label, Kokkos::RangePolicy<ExecutionSpace>(0, size),
+        KOKKOS_LAMBDA(const std::int64_t e, double& acc) { acc += f(e, map(e)); }, sum);
+  }
+  return sum;
 }
 
 }  // namespace
@@ -285,24 +314,19 @@ std::string ShampooBlocks<T>::prepare(const std::vector<double>& wds) {
     const Parameter& prm = ps_[b.param];
     const auto G         = prm.grad.template flat<T>();
     const auto W         = prm.param.template flat<T>();
-    const auto map       = b.map;
     const auto g = b.g, w = b.w;
     const bool l2 = o_.weight_decay_type == WeightDecayType::L2 && wds[prm.group] != 0.0;
     const T wd    = static_cast<T>(wds[prm.group]);
-    double sumsq  = 0.0;
-    Kokkos::parallel_reduce(
-        "koptim::Shampoo::gather", Kokkos::RangePolicy<ExecutionSpace>(0, b.size),
-        KOKKOS_LAMBDA(const std::int64_t e, double& acc) {
-          const std::int64_t k = map(e);
-          const T wi           = W(k);
-          w(e)                 = wi;
-          const T gi           = l2 ? G(k) + wd * wi : G(k);
-          g(e)                 = gi;
-          acc += Impl::is_finite(gi) ? static_cast<double>(gi) * static_cast<double>(gi)
-                                     : Kokkos::Experimental::infinity<double>::value;
-        },
-        sumsq);
-    b.sumsq            = sumsq;
+    b.sumsq       = reduce_block(
+              "koptim::Shampoo::gather", b.map, b.size, KOKKOS_LAMBDA(const std::int64_t e, const std::int64_t k) {
+                const T wi = W(k);
+                w(e)       = wi;
+                const T gi = l2 ? G(k) + wd * wi : G(k);
+                g(e)       = gi;
+                return Impl::is_finite(gi) ? static_cast<double>(gi) * static_cast<double>(gi)
+                                           : Kokkos::Experimental::infinity<double>::value;
+              });
+    const double sumsq = b.sumsq;
     const double trace = next_trace(b);
     if (!b.factors.empty() && !(trace <= static_cast<double>(std::numeric_limits<T>::max()))) {
       std::ostringstream msg;
@@ -628,12 +652,14 @@ void ShampooBlocks<T>::exchange(const comm::Communicator* group) {
 template <class T>
 void ShampooBlocks<T>::write_back() {
   for (const auto& pl : placements_) {
-    const auto W   = ps_[pl.param].param.template flat<T>();
-    const auto U   = Kokkos::subview(recv_, std::make_pair(pl.position, pl.position + pl.size));
-    const auto map = pl.map;
-    Kokkos::parallel_for(
-        "koptim::Shampoo::write_back", Kokkos::RangePolicy<ExecutionSpace>(0, pl.size),
-        KOKKOS_LAMBDA(const std::int64_t e) { W(map(e)) -= U(e); });
+    const auto W = ps_[pl.param].param.template flat<T>();
+    const auto U = Kokkos::subview(recv_, std::make_pair(pl.position, pl.position + pl.size));
+    // A sum of zeros: the scatter shares the gather's traversal.
+    reduce_block(
+        "koptim::Shampoo::write_back", pl.map, pl.size, KOKKOS_LAMBDA(const std::int64_t e, const std::int64_t k) {
+          W(k) -= U(e);
+          return 0.0;
+        });
   }
 }
 

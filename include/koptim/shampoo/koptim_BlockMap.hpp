@@ -18,6 +18,10 @@ struct BlockMap {
   int groups[4]             = {};  // original dimensions merged into each merged dimension
   std::int64_t extent[4][4] = {};  // their extents (outermost first)
   std::int64_t stride[4][4] = {};  // their memory strides in the user's View
+  // Elements e .. e + run - 1 of a run (e a multiple of run) are contiguous in memory from
+  // (*this)(e): run is the block's last extent when its rows are contiguous (LayoutRight, most
+  // blockings), else 1. Kernels then need one index computation per run, not per element.
+  std::int64_t run = 1;
 
   // Memory offset in the user's View of the block's element e.
   KOKKOS_INLINE_FUNCTION std::int64_t operator()(std::int64_t e) const {
@@ -53,6 +57,12 @@ inline BlockMap make_block_map(const BlockLayout& layout, const Block& block, co
       m.extent[j][g] = t.shape[from[g]];
       m.stride[j][g] = strides[from[g]];
     }
+  }
+  if (m.order > 0) {
+    const std::int64_t last = m.size[m.order - 1];
+    bool contiguous         = true;
+    for (std::int64_t e = 1; e < last && contiguous; ++e) contiguous = m(e) == m(e - 1) + 1;
+    if (contiguous) m.run = last;
   }
   return m;
 }

@@ -15,6 +15,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -44,14 +45,22 @@ std::vector<float> spd(int n, unsigned seed) {
   return a;
 }
 
+// ssyevd as a one-shot caller must use it, and as koptim does on every call: a workspace query,
+// then the workspace allocated (at least the documented minimum), then the solve. Keeping the
+// workspace across calls instead would give the hand-written side an advantage that koptim's
+// stateless root functions cannot have.
 struct Syevd {
   int n;
-  std::vector<float> work, w;
-  std::vector<int> iwork;
-  explicit Syevd(int n_) : n(n_), work(1 + 6 * n_ + 2 * n_ * n_), w(n_), iwork(3 + 5 * n_) {}
+  std::vector<float> w;
+  explicit Syevd(int n_) : n(n_), w(n_) {}
   int operator()(float* a) {
-    const int lwork = static_cast<int>(work.size()), liwork = static_cast<int>(iwork.size());
-    int info = 0;
+    int lwork = -1, liwork = -1, info = 0, iwq = 0;
+    float wq = 0;
+    ssyevd_("V", "L", &n, a, &n, w.data(), &wq, &lwork, &iwq, &liwork, &info, 1, 1);
+    lwork  = std::max(static_cast<int>(wq) + 1, 1 + 6 * n + 2 * n * n);
+    liwork = std::max(iwq, 3 + 5 * n);
+    std::vector<float> work(lwork);
+    std::vector<int> iwork(liwork);
     ssyevd_("V", "L", &n, a, &n, w.data(), work.data(), &lwork, iwork.data(), &liwork, &info, 1, 1);
     return info;
   }

@@ -348,6 +348,23 @@ TEST(MatrixRoot, NonFiniteInputIsAnErrorAndKeepsPreviousRoot) {
   }
 }
 
+// A finite factor whose shifted diagonal overflows the scalar type (3e38 + 1e38 in float) never
+// reaches the solver: the solver's non-finite code, and the previous root is kept.
+TEST(MatrixRoot, ShiftThatOverflowsIsASolverFailureAndKeepsPreviousRoot) {
+  for (auto s : {EighSolver::lapack, EighSolver::jacobi}) {
+    Dense L = identity(4, 2.0), X(4);
+    L(0, 0) = 3e38;
+    L(1, 2) = L(2, 1) = 0.5;
+    auto o            = with(s);
+    o.epsilon         = 1e38;
+    const auto r      = root1<float>(L, 0.25, o, X);
+    EXPECT_EQ(r.status, RootStatus::solver_failure);
+    EXPECT_EQ(r.solver_info, koptim::linalg::eigh_info_nonfinite_input);
+    EXPECT_FALSE(r.retried_in_double);
+    EXPECT_TRUE(untouched(X));
+  }
+}
+
 TEST(MatrixRoot, DiagonalFactorSkipsSolver) {
   InverseRootOptions o;
   o.epsilon     = 0.0;

@@ -1,7 +1,8 @@
-// The only place where koptim calls LAPACK. The Fortran prototypes are declared here rather
-// than taken from lapacke, so a plain -llapack is enough; they stay out of the public headers
-// so that they cannot clash with a user's own LAPACK declarations.
+// The only place where koptim calls LAPACK (and BLAS directly: syrk, which Kokkos Kernels lacks). The Fortran
+// prototypes are declared here rather than taken from lapacke, so a plain -llapack is enough; they stay out of the
+// public headers so that they cannot clash with a user's own LAPACK declarations.
 #include <koptim/linalg/koptim_Eigensolver.hpp>
+#include <koptim/linalg/koptim_Gemm.hpp>
 
 #include <cstddef>
 #include <vector>
@@ -13,6 +14,10 @@ void ssyevd_(const char* jobz, const char* uplo, const int* n, float* a, const i
              const int* lwork, int* iwork, const int* liwork, int* info, std::size_t jobz_len, std::size_t uplo_len);
 void dsyevd_(const char* jobz, const char* uplo, const int* n, double* a, const int* lda, double* w, double* work,
              const int* lwork, int* iwork, const int* liwork, int* info, std::size_t jobz_len, std::size_t uplo_len);
+void ssyrk_(const char* uplo, const char* trans, const int* n, const int* k, const float* alpha, const float* a,
+            const int* lda, const float* beta, float* c, const int* ldc, std::size_t uplo_len, std::size_t trans_len);
+void dsyrk_(const char* uplo, const char* trans, const int* n, const int* k, const double* alpha, const double* a,
+            const int* lda, const double* beta, double* c, const int* ldc, std::size_t uplo_len, std::size_t trans_len);
 }
 
 namespace koptim {
@@ -49,6 +54,16 @@ int syevd(F fn, int n, T* a, int lda, T* w) {
 
 int lapack_syevd(int n, float* a, int lda, float* w) { return syevd<float>(ssyevd_, n, a, lda, w); }
 int lapack_syevd(int n, double* a, int lda, double* w) { return syevd<double>(dsyevd_, n, a, lda, w); }
+
+void blas_syrk_lower(char trans, int n, int k, float alpha, const float* a, int lda, float beta, float* c, int ldc) {
+  const char uplo = 'L';
+  ssyrk_(&uplo, &trans, &n, &k, &alpha, a, &lda, &beta, c, &ldc, 1, 1);
+}
+void blas_syrk_lower(char trans, int n, int k, double alpha, const double* a, int lda, double beta, double* c,
+                     int ldc) {
+  const char uplo = 'L';
+  dsyrk_(&uplo, &trans, &n, &k, &alpha, a, &lda, &beta, c, &ldc, 1, 1);
+}
 
 }  // namespace Impl
 }  // namespace linalg

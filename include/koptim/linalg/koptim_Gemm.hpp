@@ -11,6 +11,8 @@
 
 #include <KokkosBlas3_gemm.hpp>
 
+#include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <vector>
 
@@ -30,19 +32,62 @@ struct ModeSplit {
   }
 };
 
+namespace Impl {
+// BLAS syrk on host memory, lower triangle of the column-major n x n C:
+// C <- alpha op(A) op(A)^T + beta C, op(A) = A (n x k, trans 'N') or A^T (A k x n, trans 'T').
+void blas_syrk_lower(char trans, int n, int k, float alpha, const float* a, int lda, float beta, float* c, int ldc);
+void blas_syrk_lower(char trans, int n, int k, double alpha, const double* a, int lda, double beta, double* c, int ldc);
+}  // namespace Impl
+
+// The upper triangle of the d x d matrix L (host memory) set from its lower triangle, in tiles
+// of 32 x 32: the strided reads of a tile stay in cache while its columns are written.
+template <class T>
+void mirror_lower(T* L, std::int64_t d) {
+  constexpr std::int64_t tile = 32;
+  const std::int64_t tiles    = (d + tile - 1) / tile;
+  Kokkos::parallel_for("koptim::linalg::mirror_lower",
+                       Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, tiles * tiles),
+                       [=](const std::int64_t t) {
+                         const std::int64_t ti = t / tiles, tj = t % tiles;  // tile row and column; upper tiles only
+                         if (ti > tj) return;
+                         const std::int64_t i_end = std::min(d, (ti + 1) * tile), j_end = std::min(d, (tj + 1) * tile);
+                         for (std::int64_t j = tj * tile; j < j_end; ++j) {
+                           for (std::int64_t i = ti * tile; i < std::min(i_end, j); ++i) L[i + j * d] = L[j + i * d];
+                         }
+                       });
+}
+
 // L <- beta L + alpha G_(j) G_(j)^T, with G a row-major tensor of the given shape (data in
-// device memory) and L a d_j x d_j matrix.
+// device memory) and L a d_j x d_j symmetric matrix. In host memory through BLAS syrk (half the
+// flops of a GEMM: only the lower triangle, then mirrored); elsewhere through Kokkos Kernels
+// GEMM (Kokkos Kernels has no syrk).
 template <class T>
 void gram_of_unfolding(const T* G, const std::vector<std::int64_t>& shape, int j, T alpha, T beta, T* L) {
   const ModeSplit s(shape, j);
+  constexpr bool host  = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible;
+  const std::int64_t k = s.post == 1 ? s.pre : s.post;
+  if (host && s.dim <= INT_MAX && k <= INT_MAX) {
+    const int n = static_cast<int>(s.dim);
+    Kokkos::fence();  // G was written by kernels
+    if (s.post == 1) {
+      // G is (pre x d) row-major = (d x pre) column-major Gt; G_(j) = Gt.
+      Impl::blas_syrk_lower('N', n, static_cast<int>(k), alpha, G, n, beta, L, n);
+    } else {
+      // Slice p is (d x post) row-major = (post x d) column-major S_p; G_(j) G_(j)^T = sum_p S_p^T S_p.
+      for (std::int64_t p = 0; p < s.pre; ++p) {
+        Impl::blas_syrk_lower('T', n, static_cast<int>(k), alpha, G + p * s.dim * s.post, static_cast<int>(k),
+                              p == 0 ? beta : T(1), L, n);
+      }
+    }
+    mirror_lower(L, s.dim);
+    return;
+  }
   ColMajor<T> Lm(L, s.dim, s.dim);
   if (s.post == 1) {
-    // G is (pre x d) row-major = (d x pre) column-major Gt; G_(j) = Gt.
     ColMajor<T> Gt(const_cast<T*>(G), s.dim, s.pre);
     KokkosBlas::gemm("N", "T", alpha, Gt, Gt, beta, Lm);
     return;
   }
-  // Slice p is (d x post) row-major = (post x d) column-major S_p; G_(j) = [S_0^T ... ].
   for (std::int64_t p = 0; p < s.pre; ++p) {
     ColMajor<T> Sp(const_cast<T*>(G) + p * s.dim * s.post, s.post, s.dim);
     KokkosBlas::gemm("T", "N", alpha, Sp, Sp, p == 0 ? beta : T(1), Lm);

@@ -576,15 +576,14 @@ void ShampooBlocks<T>::apply(std::int64_t t, const std::vector<double>& lrs, con
       dir = p;
       if (graft) {
         // Per-block norm rescaling: P = P_s |P_g| / (|P_s| + 1e-16).
-        T ng = 0, ns = 0;
-        Kokkos::parallel_reduce(
-            "koptim::Shampoo::graft_norm", Kokkos::RangePolicy<ExecutionSpace>(0, b.size),
-            KOKKOS_LAMBDA(const std::int64_t e, T& s) { s += q(e) * q(e); }, ng);
-        Kokkos::parallel_reduce(
-            "koptim::Shampoo::shampoo_norm", Kokkos::RangePolicy<ExecutionSpace>(0, b.size),
-            KOKKOS_LAMBDA(const std::int64_t e, T& s) { s += p(e) * p(e); }, ns);
-        const T ratio =
-            static_cast<T>(std::sqrt(static_cast<double>(ng)) / (std::sqrt(static_cast<double>(ns)) + 1e-16));
+        // Squared norms summed in double.
+        const double ng = Impl::lane_sum(
+            "koptim::Shampoo::graft_norm", b.size,
+            KOKKOS_LAMBDA(const std::int64_t e) { return static_cast<double>(q(e)) * static_cast<double>(q(e)); });
+        const double ns = Impl::lane_sum(
+            "koptim::Shampoo::shampoo_norm", b.size,
+            KOKKOS_LAMBDA(const std::int64_t e) { return static_cast<double>(p(e)) * static_cast<double>(p(e)); });
+        const T ratio = static_cast<T>(std::sqrt(ng) / (std::sqrt(ns) + 1e-16));
         Kokkos::parallel_for(
             "koptim::Shampoo::graft_rescale", Kokkos::RangePolicy<ExecutionSpace>(0, b.size),
             KOKKOS_LAMBDA(const std::int64_t e) { p(e) = p(e) * ratio; });

@@ -95,6 +95,26 @@ KOKKOS_INLINE_FUNCTION double team_lane_sum(const Member& team, std::int64_t n, 
   return sum.result();
 }
 
+// The sum over i in [0, n) of f(i), in double, as one kernel over the default execution space
+// (chunks of reduction_lanes elements per iteration).
+template <class F>
+double lane_sum(const char* label, std::int64_t n, const F& f) {
+  constexpr int W = reduction_lanes;
+  Lanes<double, Plus> sum;
+  Kokkos::parallel_reduce(
+      label, Kokkos::RangePolicy<ExecutionSpace>(0, (n + W - 1) / W),
+      KOKKOS_LAMBDA(const std::int64_t chunk, Lanes<double, Plus>& acc) {
+        const std::int64_t first = chunk * W;
+        if (first + W <= n) {
+          for (int l = 0; l < W; ++l) acc.add(l, f(first + l));
+        } else {
+          for (int l = 0; l < n - first; ++l) acc.add(l, f(first + l));
+        }
+      },
+      sum);
+  return sum.result();
+}
+
 }  // namespace Impl
 }  // namespace koptim
 

@@ -320,7 +320,7 @@ void step_shared(const Parameter& p, TensorState& st, const Codebook& cb, const 
         const T vb              = vb0 * s.b2 + s.one_minus_b2 * static_cast<T>(scan.sum_sq.result() / dp);
         const T scale           = (s.neg_step_size * amax) / Impl::rms_denominator(vb, s.bc2_sqrt, s.eps);
         const Normaliser<T> normal(amax);
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, P), [&](const std::int64_t k) {
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, P), [=](const std::int64_t k) {
           const std::int64_t i = begin + k;
           const T mi           = momentum(static_cast<T>(cb(idx(i))), old, g(i), s.b1, s.one_minus_b1);
           const int q          = nearest_entry(normal(mi), cb, lut, tbins);
@@ -410,7 +410,7 @@ void step_unshared(const Parameter& p, TensorState& st, const Codebook& cb, cons
         // usual case) never needs a division per element.
         const std::int64_t row0 = full ? 0 : begin / cols;
         const bool one_row      = !full && begin + S <= (row0 + 1) * cols;
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, S), [&](const std::int64_t k) {
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, S), [=](const std::int64_t k) {
           const std::int64_t i = begin + k;
           const T gi           = g(i);
           const T mi           = momentum(static_cast<T>(cb(idx(i))), old, gi, s.b1, s.one_minus_b1);

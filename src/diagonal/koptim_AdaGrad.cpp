@@ -1,4 +1,5 @@
 #include <koptim/core/koptim_Check.hpp>
+#include <koptim/core/koptim_Elementwise.hpp>
 #include <koptim/diagonal/koptim_AdaGrad.hpp>
 #include <koptim/diagonal/koptim_DiagonalMath.hpp>
 
@@ -21,9 +22,8 @@ void adagrad_update(const W& w, const G& g, const Impl::Buffer& sum, double clr,
   const auto a = sum.view<T>();
   const T clr_ = static_cast<T>(clr), wd_ = static_cast<T>(wd), eps_ = static_cast<T>(eps);
   const bool decay = wd != 0.0;
-  Kokkos::parallel_for(
-      "koptim::AdaGrad::update", Kokkos::RangePolicy<ExecutionSpace>(0, w.extent(0)),
-      KOKKOS_LAMBDA(const std::int64_t i) {
+  Impl::for_each_element(
+      "koptim::AdaGrad::update", static_cast<std::int64_t>(w.extent(0)), KOKKOS_LAMBDA(const std::int64_t i) {
         T d = g(i);
         if (decay) d = Impl::add_scaled(d, wd_, w(i));
         const T ai = Impl::accumulate_square(a(i), d);

@@ -1,4 +1,5 @@
 #include <koptim/core/koptim_Check.hpp>
+#include <koptim/core/koptim_Elementwise.hpp>
 #include <koptim/diagonal/koptim_Adam.hpp>
 #include <koptim/diagonal/koptim_DiagonalMath.hpp>
 
@@ -22,6 +23,28 @@ std::vector<std::string> adam_slots(const AdamOptions& o) {
   return s;
 }
 
+template <bool Shrink, bool L2, bool AmsGrad, class W, class G, class V, class T>
+void adam_kernel(const W& w, const G& g, const V& m, const V& v, const V& vmax, T neg_step_size, T bc2_sqrt,
+                 T decay_factor, T wd_, T one_minus_b1, T b2, T one_minus_b2, T eps) {
+  Impl::for_each_element(
+      "koptim::Adam::update", static_cast<std::int64_t>(w.extent(0)), KOKKOS_LAMBDA(const std::int64_t i) {
+        T wi = w(i);
+        if (Shrink) wi = wi * decay_factor;
+        T d = g(i);
+        if (L2) d = Impl::add_scaled(d, wd_, wi);
+        const T mi = Impl::lerp(m(i), d, one_minus_b1);
+        const T vi = Impl::ema_square(v(i), d, b2, one_minus_b2);
+        m(i)       = mi;
+        v(i)       = vi;
+        T vd       = vi;
+        if (AmsGrad) {
+          vd      = Impl::max(vmax(i), vi);
+          vmax(i) = vd;
+        }
+        w(i) = wi + (neg_step_size * mi) / Impl::rms_denominator(vd, bc2_sqrt, eps);
+      });
+}
+
 template <class W, class G>
 void adam_update(const W& w, const G& g, const Impl::Buffer& m_buf, const Impl::Buffer& v_buf,
                  const Impl::Buffer* vmax_buf, std::int64_t t, double lr, double wd, bool decoupled,
@@ -38,24 +61,12 @@ void adam_update(const W& w, const G& g, const Impl::Buffer& m_buf, const Impl::
           decay_factor = static_cast<T>(1.0 - lr * wd), wd_ = static_cast<T>(wd),
           one_minus_b1 = static_cast<T>(1.0 - o.betas[0]), b2 = static_cast<T>(o.betas[1]),
           one_minus_b2 = static_cast<T>(1.0 - o.betas[1]), eps = static_cast<T>(o.eps);
-  const bool l2 = !decoupled && wd != 0.0, shrink = decoupled && wd != 0.0, amsgrad = vmax_buf != nullptr;
-  Kokkos::parallel_for(
-      "koptim::Adam::update", Kokkos::RangePolicy<ExecutionSpace>(0, w.extent(0)), KOKKOS_LAMBDA(const std::int64_t i) {
-        T wi = w(i);
-        if (shrink) wi = wi * decay_factor;
-        T d = g(i);
-        if (l2) d = Impl::add_scaled(d, wd_, wi);
-        const T mi = Impl::lerp(m(i), d, one_minus_b1);
-        const T vi = Impl::ema_square(v(i), d, b2, one_minus_b2);
-        m(i)       = mi;
-        v(i)       = vi;
-        T vd       = vi;
-        if (amsgrad) {
-          vd      = Impl::max(vmax(i), vi);
-          vmax(i) = vd;
-        }
-        w(i) = wi + (neg_step_size * mi) / Impl::rms_denominator(vd, bc2_sqrt, eps);
-      });
+  Impl::with_flags(
+      [&](auto shrink, auto l2, auto amsgrad) {
+        adam_kernel<decltype(shrink)::value, decltype(l2)::value, decltype(amsgrad)::value>(
+            w, g, m, v, vmax, neg_step_size, bc2_sqrt, decay_factor, wd_, one_minus_b1, b2, one_minus_b2, eps);
+      },
+      decoupled && wd != 0.0, !decoupled && wd != 0.0, vmax_buf != nullptr);
 }
 }  // namespace
 

@@ -1,4 +1,5 @@
 #include <koptim/core/koptim_Check.hpp>
+#include <koptim/core/koptim_Elementwise.hpp>
 #include <koptim/diagonal/koptim_DiagonalMath.hpp>
 #include <koptim/diagonal/koptim_RMSProp.hpp>
 
@@ -25,9 +26,8 @@ std::vector<std::string> rmsprop_slots(const RMSPropOptions& o) {
 template <bool Decay, bool Centered, bool Momentum, class W, class G, class V, class T>
 void rmsprop_kernel(const W& w, const G& g, const V& a, const V& m, const V& b, T lr_, T wd_, T alpha,
                     T one_minus_alpha, T eps, T mu) {
-  Kokkos::parallel_for(
-      "koptim::RMSProp::update", Kokkos::RangePolicy<ExecutionSpace>(0, w.extent(0)),
-      KOKKOS_LAMBDA(const std::int64_t i) {
+  Impl::for_each_element(
+      "koptim::RMSProp::update", static_cast<std::int64_t>(w.extent(0)), KOKKOS_LAMBDA(const std::int64_t i) {
         T d = g(i);
         if (Decay) d = Impl::add_scaled(d, wd_, w(i));
         const T ai = Impl::ema_square(a(i), d, alpha, one_minus_alpha);

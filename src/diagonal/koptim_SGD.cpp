@@ -1,4 +1,5 @@
 #include <koptim/core/koptim_Check.hpp>
+#include <koptim/core/koptim_Elementwise.hpp>
 #include <koptim/diagonal/koptim_DiagonalMath.hpp>
 #include <koptim/diagonal/koptim_SGD.hpp>
 
@@ -21,8 +22,8 @@ std::vector<std::string> sgd_slots(const SGDOptions& o) {
 
 template <bool Decay, bool Momentum, bool Nesterov, bool First, class W, class G, class B, class T>
 void sgd_kernel(const W& w, const G& g, const B& b, T lr_, T wd_, T mu, T one_minus_d) {
-  Kokkos::parallel_for(
-      "koptim::SGD::update", Kokkos::RangePolicy<ExecutionSpace>(0, w.extent(0)), KOKKOS_LAMBDA(const std::int64_t i) {
+  Impl::for_each_element(
+      "koptim::SGD::update", static_cast<std::int64_t>(w.extent(0)), KOKKOS_LAMBDA(const std::int64_t i) {
         T d = g(i);
         if (Decay) d = Impl::add_scaled(d, wd_, w(i));
         if (Momentum) {

@@ -1,6 +1,7 @@
 #include <koptim/comm/koptim_BF16.hpp>
 #include <koptim/comm/koptim_Communicator.hpp>
 #include <koptim/core/koptim_Check.hpp>
+#include <koptim/core/koptim_Elementwise.hpp>
 #include <koptim/core/koptim_Lanes.hpp>
 #include <koptim/core/koptim_Math.hpp>
 #include <koptim/core/koptim_Profiling.hpp>
@@ -358,9 +359,8 @@ void ShampooBlocks<T>::accumulate(std::int64_t t) {
       const auto a       = b.graft;
       const bool adagrad = o_.grafting == Grafting::AdaGrad;
       const T gb = static_cast<T>(graft_beta_), one_minus_gb = static_cast<T>(1.0 - graft_beta_);
-      Kokkos::parallel_for(
-          "koptim::Shampoo::graft_accumulate", Kokkos::RangePolicy<ExecutionSpace>(0, b.size),
-          KOKKOS_LAMBDA(const std::int64_t e) {
+      Impl::for_each_element(
+          "koptim::Shampoo::graft_accumulate", b.size, KOKKOS_LAMBDA(const std::int64_t e) {
             a(e) = adagrad ? Impl::accumulate_square(a(e), g(e)) : Impl::ema_square(a(e), g(e), gb, one_minus_gb);
           });
     }
@@ -372,9 +372,8 @@ void ShampooBlocks<T>::accumulate(std::int64_t t) {
           o_.use_bias_correction && filter ? 1.0 - b3_ * std::pow(b1_, static_cast<double>(t - 1)) : 1.0;
       const T b1 = static_cast<T>(b1_), one_minus_b1 = static_cast<T>(1.0 - b1_), b3 = static_cast<T>(b3_),
               one_minus_b3 = static_cast<T>(1.0 - b3_), inv_corr = static_cast<T>(1.0 / corr);
-      Kokkos::parallel_for(
-          "koptim::Shampoo::filter", Kokkos::RangePolicy<ExecutionSpace>(0, b.size),
-          KOKKOS_LAMBDA(const std::int64_t e) {
+      Impl::for_each_element(
+          "koptim::Shampoo::filter", b.size, KOKKOS_LAMBDA(const std::int64_t e) {
             if (!filter) {
               mhat(e) = g(e);
               return;
@@ -397,8 +396,8 @@ void ShampooBlocks<T>::correct() {
   for (auto& b : blocks_) {
     precondition(b, b.g, b.p, b.q, false);  // b.p = R
     const auto E = b.correction, R = b.p;
-    Kokkos::parallel_for(
-        "koptim::Shampoo::eigenvalue_correction", Kokkos::RangePolicy<ExecutionSpace>(0, b.size),
+    Impl::for_each_element(
+        "koptim::Shampoo::eigenvalue_correction", b.size,
         KOKKOS_LAMBDA(const std::int64_t e) { E(e) = b2 * E(e) + factor_w * R(e) * R(e); });
   }
 }
@@ -548,9 +547,8 @@ void ShampooBlocks<T>::apply(std::int64_t t, const std::vector<double>& lrs, con
       const bool diag = b.graft.size() > 0;
       const double bc = o_.grafting == Grafting::Adam ? 1.0 - std::pow(graft_beta_, static_cast<double>(t)) : 1.0;
       const T inv_bc = static_cast<T>(1.0 / bc), eps = static_cast<T>(o_.grafting_epsilon);
-      Kokkos::parallel_for(
-          "koptim::Shampoo::graft_direction", Kokkos::RangePolicy<ExecutionSpace>(0, b.size),
-          KOKKOS_LAMBDA(const std::int64_t e) {
+      Impl::for_each_element(
+          "koptim::Shampoo::graft_direction", b.size, KOKKOS_LAMBDA(const std::int64_t e) {
             q(e) = diag ? Impl::diagonal_precondition(mhat(e), a(e) * inv_bc, eps) : mhat(e);
           });
     }
@@ -562,9 +560,8 @@ void ShampooBlocks<T>::apply(std::int64_t t, const std::vector<double>& lrs, con
         const auto R = b.g, E = b.correction;
         const double bc = o_.use_bias_correction && b2_ < 1.0 ? 1.0 - std::pow(b2_, static_cast<double>(t)) : 1.0;
         const T inv_bc = static_cast<T>(1.0 / bc), eps = static_cast<T>(o_.epsilon);
-        Kokkos::parallel_for(
-            "koptim::Shampoo::eigenvalue_corrected", Kokkos::RangePolicy<ExecutionSpace>(0, b.size),
-            KOKKOS_LAMBDA(const std::int64_t e) {
+        Impl::for_each_element(
+            "koptim::Shampoo::eigenvalue_corrected", b.size, KOKKOS_LAMBDA(const std::int64_t e) {
               // With epsilon = 0 a coordinate whose second moment is still 0 gets no step (not 0/0).
               const T den = Impl::sqrt(E(e) * inv_bc) + eps;
               R(e)        = den > T(0) ? R(e) / den : T(0);
@@ -584,9 +581,8 @@ void ShampooBlocks<T>::apply(std::int64_t t, const std::vector<double>& lrs, con
             "koptim::Shampoo::shampoo_norm", b.size,
             KOKKOS_LAMBDA(const std::int64_t e) { return static_cast<double>(p(e)) * static_cast<double>(p(e)); });
         const T ratio = static_cast<T>(std::sqrt(ng) / (std::sqrt(ns) + 1e-16));
-        Kokkos::parallel_for(
-            "koptim::Shampoo::graft_rescale", Kokkos::RangePolicy<ExecutionSpace>(0, b.size),
-            KOKKOS_LAMBDA(const std::int64_t e) { p(e) = p(e) * ratio; });
+        Impl::for_each_element(
+            "koptim::Shampoo::graft_rescale", b.size, KOKKOS_LAMBDA(const std::int64_t e) { p(e) = p(e) * ratio; });
       }
     }
     // Weight decay (2.2.6), momentum (2.2.7), update U = lr P and W -= U (2.2.8).
@@ -612,8 +608,8 @@ void ShampooBlocks<T>::apply(std::int64_t t, const std::vector<double>& lrs, con
             one_minus_d = static_cast<T>(1.0 - o_.dampening), lr_ = static_cast<T>(lr);
     const auto U = Kokkos::subview(send_, std::make_pair(b.offset, b.offset + b.size));
     const auto d = dir;
-    Kokkos::parallel_for(
-        "koptim::Shampoo::update", Kokkos::RangePolicy<ExecutionSpace>(0, b.size), KOKKOS_LAMBDA(const std::int64_t e) {
+    Impl::for_each_element(
+        "koptim::Shampoo::update", b.size, KOKKOS_LAMBDA(const std::int64_t e) {
           T P = d(e) + a_ * w(e);
           if (mom) {
             const T Bn = mu * B(e) + one_minus_d * P;

@@ -18,7 +18,7 @@
 namespace koptim {
 namespace Impl {
 
-constexpr std::int64_t host_chunk = std::is_same<ExecutionSpace, Kokkos::DefaultHostExecutionSpace>::value ? 2048 : 1;
+constexpr std::int64_t host_chunk = std::is_same<ExecutionSpace, Kokkos::DefaultHostExecutionSpace>::value ? 8192 : 1;
 
 template <class F>
 struct ChunkedBody {

@@ -80,6 +80,7 @@ void gram_of_unfolding(const T* G, const std::vector<std::int64_t>& shape, int j
       }
     }
     mirror_lower(L, s.dim);
+    Kokkos::DefaultHostExecutionSpace().fence();  // before kernels of another space read L
     return;
   }
   ColMajor<T> Lm(L, s.dim, s.dim);

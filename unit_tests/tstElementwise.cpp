@@ -1,0 +1,57 @@
+// The element-wise and lane-parallel helpers of koptim's kernels: every element visited exactly
+// once whatever n is against the host chunk (empty, one element, chunk boundaries, a tail), and
+// lane sums equal to exact integer sums.
+#include <koptim/core/koptim_Elementwise.hpp>
+#include <koptim/core/koptim_Lanes.hpp>
+
+#include <gtest/gtest.h>
+
+#include <Kokkos_Core.hpp>
+
+#include <cstdint>
+#include <vector>
+
+namespace {
+
+using koptim::ExecutionSpace;
+using koptim::MemorySpace;
+
+std::vector<std::int64_t> sizes() {
+  const std::int64_t c = koptim::Impl::host_chunk;
+  return {0, 1, 7, c - 1, c, c + 1, 3 * c + 5, 100003};
+}
+
+TEST(Elementwise, VisitsEveryElementOnce) {
+  for (const std::int64_t n : sizes()) {
+    Kokkos::View<std::int64_t*, MemorySpace> hits("hits", n);
+    koptim::Impl::for_each_element(
+        "test::for_each_element", n, KOKKOS_LAMBDA(const std::int64_t i) {
+          hits(i) += i + 1;  // each index once: no two iterations touch the same element
+        });
+    const auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), hits);
+    for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(h(i), i + 1) << "n " << n << " element " << i;
+  }
+}
+
+// Sums of integers below 2^53 are exact in double whatever the order: lane sums must equal them.
+TEST(Elementwise, LaneSumsAreExact) {
+  for (const std::int64_t n : sizes()) {
+    const double sum = koptim::Impl::lane_sum(
+        "test::lane_sum", n, KOKKOS_LAMBDA(const std::int64_t i) { return static_cast<double>(i); });
+    EXPECT_EQ(sum, static_cast<double>(n) * static_cast<double>(n - 1) / 2.0) << "n " << n;
+    using Policy = Kokkos::TeamPolicy<ExecutionSpace>;
+    Kokkos::View<double*, MemorySpace> team_sums("team_sums", 3);
+    Kokkos::parallel_for(
+        "test::team_lane_sum", Policy(3, Kokkos::AUTO), KOKKOS_LAMBDA(const Policy::member_type& team) {
+          const int t    = team.league_rank();
+          const double s = koptim::Impl::team_lane_sum(team, n, [&](std::int64_t i) { return double(i * (t + 1)); });
+          Kokkos::single(Kokkos::PerTeam(team), [&]() { team_sums(t) = s; });
+        });
+    const auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), team_sums);
+    for (int t = 0; t < 3; ++t)
+      EXPECT_EQ(h(t), (t + 1) * static_cast<double>(n) * static_cast<double>(n - 1) / 2.0)
+          << "n " << n << " team " << t;
+  }
+}
+
+}  // namespace

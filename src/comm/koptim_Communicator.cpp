@@ -50,15 +50,6 @@ MPI_Datatype mpi_type<std::uint16_t>() {
 
 constexpr bool host_accessible = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible;
 
-template <class View>
-std::string contiguity_error(const char* call, const char* arg, const View& v) {
-  if (v.span_is_contiguous() && v.span() == v.size()) return {};
-  std::ostringstream s;
-  s << "koptim::comm::Communicator::" << call << ": " << arg << " (View '" << v.label() << "', " << v.size()
-    << " elements) is not contiguous; the data plane needs contiguous Views";
-  return s.str();
-}
-
 // The MPI data plane. Host memory (and device memory under CUDA-aware MPI) goes to MPI as it is;
 // otherwise it is staged through host copies, because a non-CUDA-aware MPI would read a device
 // pointer as a host address.
@@ -71,15 +62,10 @@ class MpiCommunicator final : public koptim::Impl::TypedCommunicator<MpiCommunic
  private:
   bool direct() const { return host_accessible || mpi_is_cuda_aware(); }
 
+  // Arguments checked and agreed, data ready (TypedCommunicator::checked_reduce).
   template <class T>
   void reduce(const Kokkos::View<T*, MemorySpace>& data) const {
-    Impl::ScopedRegion region("koptim::comm::Communicator::all_reduce_sum");
-    agree_on_arguments("all_reduce_sum", static_cast<long long>(data.extent(0)),
-                       contiguity_error("all_reduce_sum", "data", data));
     const std::size_t n = data.extent(0);
-    if (n == 0) return;
-    // The kernels that produced data may still be running.
-    ExecutionSpace().fence();
     if (direct()) {
       reduce_raw(data.data(), n);
     } else {
@@ -100,39 +86,22 @@ class MpiCommunicator final : public koptim::Impl::TypedCommunicator<MpiCommunic
     }
   }
 
+  // MPI counts are int.
+  static std::string gather_count_error(std::size_t count) {
+    if (count <= static_cast<std::size_t>(INT_MAX)) return {};
+    std::ostringstream s;
+    s << "koptim::comm::Communicator::all_gather: count = " << count << " elements is more than MPI's limit " << INT_MAX
+      << " per rank; gather in pieces";
+    return s.str();
+  }
+
+  // Arguments checked and agreed, count > 0, send ready (TypedCommunicator::checked_gather).
   template <class T>
   void gather(const Kokkos::View<const T*, MemorySpace>& send, const Kokkos::View<T*, MemorySpace>& recv) const {
-    Impl::ScopedRegion region("koptim::comm::Communicator::all_gather");
     const std::size_t count = send.extent(0);
     const std::size_t p     = static_cast<std::size_t>(size());
-    std::string err         = contiguity_error("all_gather", "send", send);
-    if (err.empty()) err = contiguity_error("all_gather", "recv", recv);
-    const bool in_place = count > 0 && send.data() == recv.data() + static_cast<std::size_t>(rank()) * count;
-    if (err.empty() && recv.extent(0) != p * count) {
-      std::ostringstream s;
-      s << "koptim::comm::Communicator::all_gather: recv (View '" << recv.label() << "') has " << recv.extent(0)
-        << " elements; it needs size() * count = " << p << " * " << count << " = " << p * count;
-      err = s.str();
-    }
-    if (err.empty() && count > static_cast<std::size_t>(INT_MAX)) {
-      std::ostringstream s;
-      s << "koptim::comm::Communicator::all_gather: count = " << count << " elements is more than MPI's limit "
-        << INT_MAX << " per rank; gather in pieces";
-      err = s.str();
-    }
-    if (err.empty() && count > 0 && !in_place) {
-      const T* s0 = send.data();
-      const T* r0 = recv.data();
-      if (s0 < r0 + p * count && r0 < s0 + count) {
-        err =
-            "koptim::comm::Communicator::all_gather: send overlaps recv but is not rank()'s block of it; send must be "
-            "separate memory or exactly recv's block at rank() * count";
-      }
-    }
-    agree_on_arguments("all_gather", static_cast<long long>(count), err);
-    if (count == 0) return;
-    ExecutionSpace().fence();
-    const int c = static_cast<int>(count);
+    const bool in_place     = send.data() == recv.data() + static_cast<std::size_t>(rank()) * count;
+    const int c             = static_cast<int>(count);
     if (direct()) {
       check_mpi(MPI_Allgather(in_place ? MPI_IN_PLACE : send.data(), c, mpi_type<T>(), recv.data(), c, mpi_type<T>(),
                               mpi_comm()),

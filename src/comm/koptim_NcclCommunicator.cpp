@@ -46,15 +46,6 @@ ncclDataType_t nccl_type<double>() {
   return ncclFloat64;
 }
 
-template <class View>
-std::string contiguity_error(const char* call, const char* arg, const View& v) {
-  if (v.span_is_contiguous() && v.span() == v.size()) return {};
-  std::ostringstream s;
-  s << "koptim::comm::Communicator::" << call << ": " << arg << " (View '" << v.label() << "', " << v.size()
-    << " elements) is not contiguous; the data plane needs contiguous Views";
-  return s.str();
-}
-
 // Owns an ncclComm_t.
 class NcclComm {
  public:
@@ -93,14 +84,10 @@ class NcclCommunicator final : public koptim::Impl::TypedCommunicator<NcclCommun
   }
 
  private:
+  // Arguments checked and agreed, data ready (TypedCommunicator::checked_reduce); NCCL runs on
+  // Kokkos' stream.
   template <class T>
   void reduce(const Kokkos::View<T*, MemorySpace>& data) const {
-    Impl::ScopedRegion region("koptim::comm::Communicator::all_reduce_sum");
-    agree_on_arguments("all_reduce_sum", static_cast<long long>(data.extent(0)),
-                       contiguity_error("all_reduce_sum", "data", data));
-    if (data.extent(0) == 0) return;
-    // Kernels on other Kokkos instances may have produced data; NCCL runs on Kokkos' stream.
-    ExecutionSpace().fence();
     const cudaStream_t stream = kokkos_stream();
     check_nccl(ncclAllReduce(data.data(), data.data(), data.extent(0), nccl_type<T>(), ncclSum, comm_.get(), stream),
                "ncclAllReduce");
@@ -108,29 +95,13 @@ class NcclCommunicator final : public koptim::Impl::TypedCommunicator<NcclCommun
     check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   }
 
+  // NCCL counts are size_t: no limit of its own.
+  static std::string gather_count_error(std::size_t) { return {}; }
+
+  // Arguments checked and agreed, count > 0, send ready (TypedCommunicator::checked_gather).
   template <class T>
   void gather(const Kokkos::View<const T*, MemorySpace>& send, const Kokkos::View<T*, MemorySpace>& recv) const {
-    Impl::ScopedRegion region("koptim::comm::Communicator::all_gather");
-    const std::size_t count = send.extent(0);
-    const std::size_t p     = static_cast<std::size_t>(size());
-    std::string err         = contiguity_error("all_gather", "send", send);
-    if (err.empty()) err = contiguity_error("all_gather", "recv", recv);
-    if (err.empty() && recv.extent(0) != p * count) {
-      std::ostringstream s;
-      s << "koptim::comm::Communicator::all_gather: recv (View '" << recv.label() << "') has " << recv.extent(0)
-        << " elements; it needs size() * count = " << p << " * " << count << " = " << p * count;
-      err = s.str();
-    }
-    const bool in_place = count > 0 && send.data() == recv.data() + static_cast<std::size_t>(rank()) * count;
-    if (err.empty() && count > 0 && !in_place && send.data() < recv.data() + p * count &&
-        recv.data() < send.data() + count) {
-      err =
-          "koptim::comm::Communicator::all_gather: send overlaps recv but is not rank()'s block of it; send must be "
-          "separate memory or exactly recv's block at rank() * count";
-    }
-    agree_on_arguments("all_gather", static_cast<long long>(count), err);
-    if (count == 0) return;
-    ExecutionSpace().fence();
+    const std::size_t count   = send.extent(0);
     const cudaStream_t stream = kokkos_stream();
     // NCCL's in-place all-gather is exactly send == recv + rank * count, as here. Bytes for bf16:
     // a gather only copies, and ncclUint8 exists in every NCCL version.

@@ -1,9 +1,17 @@
-// The data-plane overrides every communicator backend writes the same way: each typed virtual
-// forwards to the backend's templates reduce<T>(data) and gather<T>(send, recv).
+// The data plane every communicator backend shares: each typed virtual checks its arguments the
+// same way (contiguous Views, recv's size, send either separate from recv or exactly rank()'s
+// block of it, plus the backend's own count limit), agrees on them with the other ranks, fences
+// the kernels that produced the data, and only then hands the call to the backend's templates
+// reduce<T>(data) and gather<T>(send, recv).
 #ifndef KOPTIM_COMM_IMPL_TYPEDCOMMUNICATOR_HPP
 #define KOPTIM_COMM_IMPL_TYPEDCOMMUNICATOR_HPP
 
 #include <koptim/comm/koptim_Communicator.hpp>
+#include <koptim/core/koptim_Profiling.hpp>
+
+#include <cstddef>
+#include <sstream>
+#include <string>
 
 namespace koptim {
 namespace Impl {
@@ -13,24 +21,73 @@ class TypedCommunicator : public comm::Communicator {
  protected:
   TypedCommunicator(MPI_Comm dup, comm::Backend backend) : comm::Communicator(dup, backend) {}
 
+  // Empty if v can go to the data plane as one contiguous buffer.
+  template <class View>
+  static std::string contiguity_error(const char* call, const char* arg, const View& v) {
+    if (v.span_is_contiguous() && v.span() == v.size()) return {};
+    std::ostringstream s;
+    s << "koptim::comm::Communicator::" << call << ": " << arg << " (View '" << v.label() << "', " << v.size()
+      << " elements) is not contiguous; the data plane needs contiguous Views";
+    return s.str();
+  }
+
  public:
-  void all_reduce_sum(const Kokkos::View<float*, MemorySpace>& data) const override { self().reduce(data); }
-  void all_reduce_sum(const Kokkos::View<double*, MemorySpace>& data) const override { self().reduce(data); }
+  void all_reduce_sum(const Kokkos::View<float*, MemorySpace>& data) const override { checked_reduce(data); }
+  void all_reduce_sum(const Kokkos::View<double*, MemorySpace>& data) const override { checked_reduce(data); }
   void all_gather(const Kokkos::View<const float*, MemorySpace>& send,
                   const Kokkos::View<float*, MemorySpace>& recv) const override {
-    self().gather(send, recv);
+    checked_gather(send, recv);
   }
   void all_gather(const Kokkos::View<const double*, MemorySpace>& send,
                   const Kokkos::View<double*, MemorySpace>& recv) const override {
-    self().gather(send, recv);
+    checked_gather(send, recv);
   }
   void all_gather(const Kokkos::View<const std::uint16_t*, MemorySpace>& send,
                   const Kokkos::View<std::uint16_t*, MemorySpace>& recv) const override {
-    self().gather(send, recv);
+    checked_gather(send, recv);
   }
 
  private:
   const Backend& self() const { return static_cast<const Backend&>(*this); }
+
+  template <class T>
+  void checked_reduce(const Kokkos::View<T*, MemorySpace>& data) const {
+    Impl::ScopedRegion region("koptim::comm::Communicator::all_reduce_sum");
+    agree_on_arguments("all_reduce_sum", static_cast<long long>(data.extent(0)),
+                       contiguity_error("all_reduce_sum", "data", data));
+    if (data.extent(0) == 0) return;
+    // The kernels that produced data (on any Kokkos instance) may still be running.
+    ExecutionSpace().fence();
+    self().reduce(data);
+  }
+
+  template <class T>
+  void checked_gather(const Kokkos::View<const T*, MemorySpace>& send,
+                      const Kokkos::View<T*, MemorySpace>& recv) const {
+    Impl::ScopedRegion region("koptim::comm::Communicator::all_gather");
+    const std::size_t count = send.extent(0);
+    const std::size_t p     = static_cast<std::size_t>(size());
+    std::string err         = contiguity_error("all_gather", "send", send);
+    if (err.empty()) err = contiguity_error("all_gather", "recv", recv);
+    if (err.empty() && recv.extent(0) != p * count) {
+      std::ostringstream s;
+      s << "koptim::comm::Communicator::all_gather: recv (View '" << recv.label() << "') has " << recv.extent(0)
+        << " elements; it needs size() * count = " << p << " * " << count << " = " << p * count;
+      err = s.str();
+    }
+    if (err.empty()) err = Backend::gather_count_error(count);
+    const bool in_place = count > 0 && send.data() == recv.data() + static_cast<std::size_t>(rank()) * count;
+    if (err.empty() && count > 0 && !in_place && send.data() < recv.data() + p * count &&
+        recv.data() < send.data() + count) {
+      err =
+          "koptim::comm::Communicator::all_gather: send overlaps recv but is not rank()'s block of it; send must be "
+          "separate memory or exactly recv's block at rank() * count";
+    }
+    agree_on_arguments("all_gather", static_cast<long long>(count), err);
+    if (count == 0) return;
+    ExecutionSpace().fence();
+    self().gather(send, recv);
+  }
 };
 
 }  // namespace Impl

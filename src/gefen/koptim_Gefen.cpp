@@ -279,15 +279,15 @@ using Member     = TeamPolicy::member_type;
 using Codebook   = Kokkos::View<float*, MemorySpace>;
 using Pairs      = Kokkos::View<std::uint16_t*, MemorySpace>;
 
-// 3.3 steps 1 and 3-4 over one block of n elements from `begin`: the sum of g^2 and the new
-// momentum's max |m|.
-template <class T, class G, class Idx>
+// 3.3 steps 1 and 3-4 over one block of n elements from `begin`: the new momentum's max |m|, and
+// the sum of g^2 when the block shares its second moment (WithSum; otherwise it stays 0).
+template <bool WithSum, class T, class G, class Idx>
 KOKKOS_INLINE_FUNCTION BlockScan<T> scan_block(const Member& team, std::int64_t begin, std::int64_t n, const G& g,
                                                const Idx& idx, const Codebook& cb, T absmax_old, const Scalars<T>& s) {
   BlockScan<T> scan;
   Impl::team_lane_reduce(team, n, scan, [&](BlockScan<T>& acc, int l, std::int64_t k) {
     const T gi = g(begin + k);
-    acc.sum_sq.add(l, static_cast<double>(gi) * static_cast<double>(gi));
+    if (WithSum) acc.sum_sq.add(l, static_cast<double>(gi) * static_cast<double>(gi));
     acc.amax.add(l, Impl::abs(momentum(static_cast<T>(cb(idx(begin + k))), absmax_old, gi, s.b1, s.one_minus_b1)));
   });
   return scan;
@@ -315,7 +315,7 @@ void step_shared(const Parameter& p, TensorState& st, const Codebook& cb, const 
         // single write at the end: no thread reads these after they are overwritten.
         const T old             = amax_v(b);
         const T vb0             = v(b);
-        const BlockScan<T> scan = scan_block(team, begin, P, g, idx, cb, old, s);
+        const BlockScan<T> scan = scan_block<true>(team, begin, P, g, idx, cb, old, s);
         const T amax            = scan.amax.result();
         const T vb              = vb0 * s.b2 + s.one_minus_b2 * static_cast<T>(scan.sum_sq.result() / dp);
         const T scale           = (s.neg_step_size * amax) / Impl::rms_denominator(vb, s.bc2_sqrt, s.eps);
@@ -401,7 +401,7 @@ void step_unshared(const Parameter& p, TensorState& st, const Codebook& cb, cons
         const std::int64_t a     = team.league_rank();
         const std::int64_t begin = a * S;
         const T old              = amax_v(a);
-        const T amax             = scan_block(team, begin, S, g, idx, cb, old, s).amax.result();
+        const T amax             = scan_block<false>(team, begin, S, g, idx, cb, old, s).amax.result();
         const Normaliser<T> normal(amax);
         // R_r C_j / mean(R) = R_r C_j * inv_mean (0 while the factors are all 0).
         const double mean_row = full ? 0.0 : row_sum() / drows;

@@ -1,8 +1,9 @@
-# koptim_add_test(NAME <name> SOURCES <files...> [RANKS <n...>] [TIMEOUT <s>])
+# koptim_add_test(NAME <name> SOURCES <files...> [RANKS <n...>] [TIMEOUT <s>] [LIBS <libs...>] [BUILD_ONLY])
 # Builds one GoogleTest program with koptim's test main and registers it with ctest once per
 # rank count (RANKS 1 2 3 runs it under mpiexec at 1, 2 and 3 ranks; without RANKS it runs
 # as a plain single-process program). mpiexec gets --oversubscribe (more ranks than cores) and
-# --allow-run-as-root (CI runs as root) when it is Open MPI.
+# --allow-run-as-root (CI runs as root) when it is Open MPI. BUILD_ONLY: the program is built but
+# registered by the caller (koptim_mpi_command gives the mpiexec command line).
 include_guard(GLOBAL)
 
 set(KOPTIM_MPIEXEC_EXTRA_FLAGS "" CACHE STRING "Extra flags for mpiexec in the tests")
@@ -14,7 +15,7 @@ if(NOT KOPTIM_MPIEXEC_EXTRA_FLAGS)
 endif()
 
 function(koptim_add_test)
-  cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;RANKS;LIBS" ${ARGN})
+  cmake_parse_arguments(T "BUILD_ONLY" "NAME;TIMEOUT" "SOURCES;RANKS;LIBS" ${ARGN})
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 300)
   endif()
@@ -23,6 +24,9 @@ function(koptim_add_test)
   target_compile_definitions(${T_NAME} PRIVATE KOPTIM_TEST_REFERENCE_DIR="${PROJECT_SOURCE_DIR}/unit_tests/reference")
   # One OpenBLAS thread: its own threads would fight the Kokkos (OpenMP) threads and MPI ranks.
   set(_env OPENBLAS_NUM_THREADS=1)
+  if(T_BUILD_ONLY)
+    return()
+  endif()
   if(NOT T_RANKS)
     add_test(NAME ${T_NAME} COMMAND ${T_NAME})
     set_tests_properties(${T_NAME} PROPERTIES TIMEOUT ${T_TIMEOUT} ENVIRONMENT "${_env}")
@@ -34,4 +38,10 @@ function(koptim_add_test)
       set_tests_properties(${T_NAME}_np${n} PROPERTIES TIMEOUT ${T_TIMEOUT} PROCESSORS ${n} ENVIRONMENT "${_env}")
     endforeach()
   endif()
+endfunction()
+
+# The command that runs a test program at n ranks, in the variable named by out.
+function(koptim_mpi_command out n target)
+  set(${out} ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${n} ${KOPTIM_MPIEXEC_EXTRA_FLAGS} ${MPIEXEC_PREFLAGS}
+             $<TARGET_FILE:${target}> ${MPIEXEC_POSTFLAGS} PARENT_SCOPE)
 endfunction()

@@ -9,6 +9,8 @@ packages=(
   libopenmpi-dev openmpi-bin
   libopenblas-dev liblapacke-dev
   libgtest-dev libbenchmark-dev
+  libhdf5-openmpi-dev hdf5-tools
+  gnuplot-nox
 )
 
 missing=()

@@ -18,5 +18,6 @@
 #include <koptim/comm/koptim_Communicator.hpp>
 #include <koptim/comm/koptim_GradientAllReduce.hpp>
 #include <koptim/config/koptim_Factory.hpp>
+#include <koptim/io/koptim_Checkpoint.hpp>
 
 #endif

@@ -222,6 +222,45 @@ void Communicator::agree_on_error(const std::string& local_error) const {
   if (failed.first >= 0) throw Error("koptim: rank " + std::to_string(failed.first) + ": " + failed.second);
 }
 
+void Communicator::agree_on_exception(std::exception_ptr local) const {
+  Impl::ScopedRegion region("koptim::comm::Communicator::agree_on_exception");
+  // The message travels with one leading character naming its koptim type.
+  std::string local_error;
+  if (local) {
+    try {
+      std::rethrow_exception(local);
+    } catch (const ConfigError& e) {
+      local_error = std::string("C") + e.what();
+    } catch (const ShapeError& e) {
+      local_error = std::string("S") + e.what();
+    } catch (const NonFiniteError& e) {
+      local_error = std::string("N") + e.what();
+    } catch (const StateError& e) {
+      local_error = std::string("T") + e.what();
+    } catch (const std::exception& e) {
+      local_error = std::string("E") + e.what();
+    } catch (...) {
+      local_error = "Eunknown exception";
+    }
+  }
+  const auto failed = lowest_failing(mpi_comm(), rank(), size(), local_error);
+  if (failed.first < 0) return;
+  const std::string message =
+      (size() > 1 ? "rank " + std::to_string(failed.first) + ": " : std::string()) + failed.second.substr(1);
+  switch (failed.second[0]) {
+    case 'C':
+      throw ConfigError(message);
+    case 'S':
+      throw ShapeError(message);
+    case 'N':
+      throw NonFiniteError(message);
+    case 'T':
+      throw StateError(message);
+    default:
+      throw Error(message);
+  }
+}
+
 void Communicator::agree_on_arguments(const char* what, long long count, const std::string& local_error) const {
   // One collective on the good path: the maximum of (a failure flag, count, -count).
   long long v[3] = {local_error.empty() ? 0 : 1, count, -count}, r[3] = {0, 0, 0};

@@ -491,6 +491,22 @@ ParameterList validated_parameters(const ParameterList& list) {
   return copy;
 }
 
+namespace {
+// The values of a list without its validators and doc strings (what a checkpoint records).
+ParameterList plain_copy(const ParameterList& l) {
+  ParameterList out(l.name());
+  for (auto it = l.begin(); it != l.end(); ++it) {
+    const std::string& key = l.name(it);
+    const auto& e          = l.entry(it);
+    if (e.isList())
+      out.set(key, plain_copy(Teuchos::getValue<ParameterList>(e)));
+    else
+      out.setEntry(key, Teuchos::ParameterEntry(e.getAny(false), false, false));
+  }
+  return out;
+}
+}  // namespace
+
 std::unique_ptr<Optimizer> create(const ParameterSet& params, const ParameterList& list) {
   return create(params, list, nullptr);
 }
@@ -509,7 +525,11 @@ std::unique_ptr<Optimizer> create(const ParameterSet& params, const ParameterLis
                          : policy == "skip_step" ? NonFiniteGradient::skip_step
                                                  : NonFiniteGradient::unchecked;
   c.lr_schedule        = schedule_from(l.sublist("lr_schedule"));
-  return e.build(params, c, l, std::move(comm));
+  auto opt             = e.build(params, c, l, std::move(comm));
+  std::ostringstream xml;
+  Teuchos::writeParameterListToXmlOStream(plain_copy(l), xml);
+  Impl::set_configuration(*opt, xml.str());
+  return opt;
 }
 
 RCP<ParameterList> read_parameter_list(const std::string& path) {

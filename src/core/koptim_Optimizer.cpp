@@ -123,6 +123,17 @@ OptimizerState Optimizer::export_state() const {
 
 void Optimizer::import_state(const OptimizerState& s) {
   Impl::ScopedRegion region("koptim::" + name_ + "::import_state");
+  check_state(s);
+  import_tensors(s);
+  step_    = s.integers.at("step");
+  skipped_ = s.integers.at("skipped_steps");
+}
+
+Optimizer::StatePart Optimizer::state_part(const std::string&) const { return {}; }
+
+void Impl::set_configuration(Optimizer& opt, std::string xml) { opt.configuration_ = std::move(xml); }
+
+void Optimizer::check_state(const OptimizerState& s) const {
   if (s.optimizer != name_) {
     throw StateError("koptim::" + name_ + "::import_state: the state belongs to optimizer '" + s.optimizer +
                      "', not '" + name_ + "'");
@@ -138,9 +149,6 @@ void Optimizer::import_state(const OptimizerState& s) {
     }
   }
   check_tensors(s);
-  import_tensors(s);
-  step_    = s.integers.at("step");
-  skipped_ = s.integers.at("skipped_steps");
 }
 
 namespace Impl {
@@ -269,11 +277,28 @@ void ElementwiseOptimizer::export_tensors(OptimizerState& state) const {
   const auto& ps = parameters();
   for (const auto& pc : pieces_) {
     for (std::size_t s = 0; s < slots_.size(); ++s) {
-      state.tensors[key(pc, s)] =
-          pc.buffers[s].to_state(sharded() ? std::vector<std::int64_t>{pc.size} : ps[pc.param].param.shape);
+      auto& t = state.tensors[key(pc, s)];
+      t       = pc.buffers[s].to_state(sharded() ? std::vector<std::int64_t>{pc.size} : ps[pc.param].param.shape);
+      if (sharded()) {
+        t.whole  = ps[pc.param].param.shape;
+        t.offset = pc.offset;
+      }
     }
-    if (sharded()) state.integers[ps[pc.param].name + "/shard_offset"] = pc.offset;
   }
+}
+
+Optimizer::StatePart ElementwiseOptimizer::state_part(const std::string& k) const {
+  if (!sharded()) return {};
+  for (const auto& slot : slots_) {
+    const std::string suffix = "/" + slot;
+    if (k.size() <= suffix.size() || k.compare(k.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
+    const int p = parameters().find(k.substr(0, k.size() - suffix.size()));
+    if (p < 0) continue;
+    for (const auto& pc : pieces_)
+      if (pc.param == p) return {StatePart::slice, pc.offset, pc.size};
+    return {StatePart::none, 0, 0};
+  }
+  return {};
 }
 
 void ElementwiseOptimizer::check_tensors(const OptimizerState& state) const {
@@ -286,17 +311,20 @@ void ElementwiseOptimizer::check_tensors(const OptimizerState& state) const {
       if (it == state.tensors.end()) {
         throw StateError("koptim::" + name() + "::import_state: the state has no tensor '" + k + "'");
       }
-      pc.buffers[s].check(it->second, k);
-      ++expect;
-    }
-    if (sharded()) {
-      const std::string k = ps[pc.param].name + "/shard_offset";
-      auto it             = state.integers.find(k);
-      if (it == state.integers.end() || it->second != pc.offset) {
-        throw StateError("koptim::" + name() + "::import_state: the state's shard of parameter '" + ps[pc.param].name +
-                         "' does not start at element " + std::to_string(pc.offset) +
-                         " (a state saved with another number of ranks?)");
+      const auto& t = it->second;
+      if (sharded() ? (t.whole != ps[pc.param].param.shape || t.offset != pc.offset) : !t.whole.empty()) {
+        throw StateError("koptim::" + name() + "::import_state: state tensor '" + k + "' is " +
+                         (t.whole.empty() ? std::string("a whole tensor")
+                                          : "the slice at element " + std::to_string(t.offset) +
+                                                " of a tensor of shape " + shape_string(t.whole)) +
+                         "; this rank keeps " +
+                         (sharded() ? "the slice at element " + std::to_string(pc.offset) + " of shape " +
+                                          shape_string(ps[pc.param].param.shape)
+                                    : std::string("the whole tensor")) +
+                         " (a state saved on another rank or number of ranks?)");
       }
+      pc.buffers[s].check(t, k);
+      ++expect;
     }
   }
   if (state.tensors.size() != expect) {

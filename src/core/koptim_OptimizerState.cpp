@@ -17,7 +17,8 @@ bool OptimizerState::operator==(const OptimizerState& o) const {
     auto it = o.tensors.find(kv.first);
     if (it == o.tensors.end()) return false;
     const auto &a = kv.second, &b = it->second;
-    if (a.dtype != b.dtype || a.shape != b.shape || a.data != b.data) return false;
+    if (a.dtype != b.dtype || a.shape != b.shape || a.data != b.data || a.whole != b.whole || a.offset != b.offset)
+      return false;
   }
   return true;
 }

@@ -742,6 +742,14 @@ void Gefen::update(std::int64_t t, const std::vector<double>& lrs) {
   }
 }
 
+Optimizer::StatePart Gefen::state_part(const std::string& key) const {
+  const auto slash = key.rfind('/');
+  if (!comm_ || slash == std::string::npos) return {};
+  const int p = parameters().find(key.substr(0, slash));
+  if (p < 0 || mine(static_cast<std::size_t>(p))) return {};
+  return {StatePart::none, 0, 0};
+}
+
 void Gefen::export_tensors(OptimizerState& state) const {
   state.integers["initialised"] = state_->initialised ? 1 : 0;
   if (!state_->initialised) return;

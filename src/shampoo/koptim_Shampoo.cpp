@@ -969,6 +969,21 @@ void Shampoo::update(std::int64_t t, const std::vector<double>& lrs) {
   lap(times_.write_back);
 }
 
+Optimizer::StatePart Shampoo::state_part(const std::string& key) const {
+  // "<name>/block<b>/<entry>", where the name may itself hold slashes.
+  const auto last = key.rfind('/');
+  if (last == std::string::npos) return {};
+  const auto mark = key.rfind("/block", last);
+  if (mark == std::string::npos || mark + 6 >= last) return {};
+  const std::string digits = key.substr(mark + 6, last - mark - 6);
+  if (digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) return {};
+  const int p = parameters().find(key.substr(0, mark));
+  if (p < 0) return {};
+  const std::size_t b = std::stoul(digits);
+  if (b >= owners_[static_cast<std::size_t>(p)].size() || block_owner(p, b) == group_rank()) return {};
+  return {StatePart::none, 0, 0};
+}
+
 void Shampoo::export_tensors(OptimizerState& s) const {
   f32_->export_tensors(s);
   f64_->export_tensors(s);

@@ -21,6 +21,7 @@
 #include <mpi.h>
 
 #include <array>
+#include <exception>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -74,6 +75,10 @@ class Communicator {
   // If local_error is non-empty on any rank, every rank throws koptim::Error with the message
   // "koptim: rank R: <message of rank R>" for the lowest failing rank R; otherwise returns.
   void agree_on_error(const std::string& local_error) const;
+  // The same for an exception caught on this rank (null: none): every rank throws the lowest
+  // failing rank's exception as the same koptim type (ConfigError, ShapeError, NonFiniteError,
+  // StateError; anything else as Error), its message prefixed with "rank R: " when size() > 1.
+  void agree_on_exception(std::exception_ptr local) const;
   // Consecutive ranks [g*n, (g+1)*n) form group g (n = group_size). Returns (the communicator of
   // my group, size n; the communicator of the ranks at my position in every group, size
   // size()/n). Both have this communicator's backend. ConfigError on every rank when n < 1,

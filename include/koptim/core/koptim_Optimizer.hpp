@@ -25,6 +25,12 @@ class Communicator;
 
 enum class NonFiniteGradient { error, skip_step, unchecked };
 
+class Optimizer;
+namespace Impl {
+// Used by koptim::create() to record the list an optimizer was built from.
+void set_configuration(Optimizer& opt, std::string xml);
+}  // namespace Impl
+
 // What every optimizer is configured with, besides its own hyperparameters.
 struct CommonOptions {
   double lr                            = 1e-3;
@@ -59,10 +65,33 @@ class Optimizer {
   // Exact bytes of optimizer state this optimizer holds (not counting the parameters and gradients).
   virtual std::size_t state_bytes() const = 0;
 
+  // The complete state. Distributed (sharded state, Shampoo's blocks over ranks), each rank's
+  // export holds what that rank keeps: its blocks or tensors, its slices (StateTensor::whole).
   OptimizerState export_state() const;
   // Restores an exported state. A state of another optimizer kind, or with a missing, extra or
   // mis-shaped entry, is rejected with StateError and nothing changes.
   void import_state(const OptimizerState& state);
+  // The checks of import_state() alone: throws the same StateError, changes nothing.
+  void check_state(const OptimizerState& state) const;
+
+  // Which part of an entry of the complete state (the union of every rank's export, slices
+  // joined) this rank keeps: nothing, all of it, or (sharded element-wise state) the elements
+  // [offset, offset + count) in memory order. Keys are those of export_state(); an unknown key
+  // is "all" (import_state() then rejects it). Checkpoints use this to load a state written on
+  // another number of ranks.
+  struct StatePart {
+    enum Kind { none, all, slice } kind = all;
+    std::int64_t offset = 0, count = 0;
+  };
+  virtual StatePart state_part(const std::string& key) const;
+
+  // The communicator this optimizer's state is distributed over; null when every rank holds all
+  // of it (one process, or replicated data-parallel training).
+  virtual std::shared_ptr<comm::Communicator> communicator() const { return nullptr; }
+
+  // The parameter list koptim::create() built this optimizer from, every default filled in, as
+  // Teuchos XML; empty for an optimizer constructed from option structs. Checkpoints store it.
+  const std::string& configuration() const { return configuration_; }
 
   const ParameterSet& parameters() const { return params_; }
   const CommonOptions& common_options() const { return common_; }
@@ -81,11 +110,14 @@ class Optimizer {
   // False when a gradient is not finite and the step is to be skipped; throws for "error".
   bool check_gradients() const;
 
+  friend void Impl::set_configuration(Optimizer& opt, std::string xml);
+
   std::string name_;
   ParameterSet params_;
   CommonOptions common_;
   std::int64_t step_    = 0;
   std::int64_t skipped_ = 0;
+  std::string configuration_;
 };
 
 namespace Impl {
@@ -110,6 +142,8 @@ class ElementwiseOptimizer : public Optimizer {
  public:
   std::size_t state_bytes() const override;
   bool sharded() const { return comm_ != nullptr; }
+  StatePart state_part(const std::string& key) const override;
+  std::shared_ptr<comm::Communicator> communicator() const override { return comm_; }
 
  protected:
   // A contiguous range of one parameter's elements whose state this rank holds: the whole

@@ -17,6 +17,10 @@ struct StateTensor {
   ScalarType dtype = ScalarType::float32;
   std::vector<std::int64_t> shape;
   std::vector<unsigned char> data;  // host copy, native byte order
+  // A slice of sharded state: data holds the elements [offset, offset + size()) of a tensor of
+  // shape `whole` in its memory order (shape is then {size()}). Empty `whole`: not a slice.
+  std::vector<std::int64_t> whole;
+  std::int64_t offset = 0;
 
   std::int64_t size() const;
 };

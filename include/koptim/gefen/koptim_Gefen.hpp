@@ -133,6 +133,9 @@ class Gefen : public Optimizer {
   // tensors), plus the codebook (1024 bytes) and its lookup table (16386 bytes for a learned
   // codebook), which every rank holds, once initialised; 0 before the first step.
   std::size_t state_bytes() const override;
+  // Sharded: a tensor's entries ("<name>/...") are kept by its owner alone.
+  StatePart state_part(const std::string& key) const override;
+  std::shared_ptr<comm::Communicator> communicator() const override { return comm_; }
 
  protected:
   void update(std::int64_t t, const std::vector<double>& lrs) override;

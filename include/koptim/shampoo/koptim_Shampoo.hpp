@@ -122,6 +122,10 @@ class Shampoo : public Optimizer {
   };
   const PhaseTimes& phase_times() const { return times_; }
 
+  // A block's entries ("<name>/block<b>/...") are kept by the ranks that compute it.
+  StatePart state_part(const std::string& key) const override;
+  std::shared_ptr<comm::Communicator> communicator() const override { return comm_; }
+
  protected:
   void update(std::int64_t t, const std::vector<double>& lrs) override;
   void export_tensors(OptimizerState& state) const override;

@@ -1,0 +1,1197 @@
+// Checkpoints in HDF5 (layout: docs/checkpoint.md).
+//
+// Save: every rank exports its state; a manifest of every rank's entries (keys, shapes, slices,
+// scalar values) is all-gathered, so that every rank builds the same plan of groups, datasets
+// and attributes (HDF5 creates them collectively); each dataset is then written collectively,
+// each rank selecting the part it writes (its slice, or the whole entry on the lowest rank that
+// holds it; parameter values in equal shares). The file is "<path>.tmp" until every rank has
+// closed it; rank 0 then syncs it to disk and renames it.
+//
+// Load: every rank opens the file read-only, checks it, and reads what Optimizer::state_part()
+// says it keeps; the state is checked on every rank and the errors agreed on before anything
+// changes.
+#include <koptim/io/koptim_Checkpoint.hpp>
+
+#include <koptim/comm/koptim_Communicator.hpp>
+#include <koptim/core/koptim_Profiling.hpp>
+
+#include <koptim_config.hpp>
+
+#if KOPTIM_ENABLE_HDF5
+#include <Teuchos_XMLParameterListCoreHelpers.hpp>
+#include <fcntl.h>
+#include <hdf5.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <set>
+#include <sstream>
+#endif
+
+namespace koptim {
+namespace io {
+
+namespace {
+int injected_failure = -1;
+}
+
+void Impl::inject_save_failure_after(int datasets) { injected_failure = datasets; }
+
+#if !KOPTIM_ENABLE_HDF5
+
+void save_checkpoint(const std::string&, const Optimizer&, const SaveOptions&) {
+  throw ConfigError("koptim::io::save_checkpoint: koptim was built without HDF5 (koptim_ENABLE_HDF5)");
+}
+LoadReport load_checkpoint(const std::string&, Optimizer&, const LoadOptions&) {
+  throw ConfigError("koptim::io::load_checkpoint: koptim was built without HDF5 (koptim_ENABLE_HDF5)");
+}
+
+#else
+
+namespace {
+
+const char* const format_name = "koptim checkpoint";
+
+// ---------------------------------------------------------------------------------------------
+// HDF5 handles and errors
+
+// HDF5's own message for the error just raised (innermost last), or "".
+std::string hdf5_message() {
+  std::vector<std::string> lines;
+  H5Ewalk2(
+      H5E_DEFAULT, H5E_WALK_DOWNWARD,
+      [](unsigned, const H5E_error2_t* e, void* data) -> herr_t {
+        if (e->desc && *e->desc) static_cast<std::vector<std::string>*>(data)->push_back(e->desc);
+        return 0;
+      },
+      &lines);
+  std::string s;
+  const std::size_t from = lines.size() > 3 ? lines.size() - 3 : 0;
+  for (std::size_t i = from; i < lines.size(); ++i) s += (s.empty() ? "" : "; ") + lines[i];
+  return s;
+}
+
+class Handle {
+ public:
+  Handle() = default;
+  Handle(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
+  Handle(Handle&& o) noexcept : id_(o.id_), close_(o.close_) { o.id_ = -1; }
+  Handle& operator=(Handle&& o) noexcept {
+    reset();
+    id_    = o.id_;
+    close_ = o.close_;
+    o.id_  = -1;
+    return *this;
+  }
+  ~Handle() { reset(); }
+  void reset() {
+    if (id_ >= 0 && close_) close_(id_);
+    id_ = -1;
+  }
+  // Closes now, reporting failure (H5Fclose flushes the file).
+  herr_t close() {
+    herr_t r = 0;
+    if (id_ >= 0 && close_) r = close_(id_);
+    id_ = -1;
+    return r;
+  }
+  hid_t get() const { return id_; }
+  operator hid_t() const { return id_; }
+
+ private:
+  hid_t id_               = -1;
+  herr_t (*close_)(hid_t) = nullptr;
+};
+
+// Throws koptim::Error naming what failed, with HDF5's reason, when id < 0.
+hid_t ok(hid_t id, const std::string& what) {
+  if (id < 0) {
+    const std::string m = hdf5_message();
+    throw Error(what + (m.empty() ? "" : " (HDF5: " + m + ")"));
+  }
+  return id;
+}
+
+// Silences HDF5's printing of its error stacks while koptim handles the errors itself.
+class QuietHdf5 {
+ public:
+  QuietHdf5() {
+    H5Eget_auto2(H5E_DEFAULT, &func_, &data_);
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  }
+  ~QuietHdf5() { H5Eset_auto2(H5E_DEFAULT, func_, data_); }
+
+ private:
+  H5E_auto2_t func_ = nullptr;
+  void* data_       = nullptr;
+};
+
+Handle group_create(hid_t loc, const std::string& name, const std::string& where) {
+  return {ok(H5Gcreate2(loc, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), "cannot create group " + where),
+          H5Gclose};
+}
+
+hid_t memory_type(ScalarType t) {
+  switch (t) {
+    case ScalarType::float32:
+      return H5T_NATIVE_FLOAT;
+    case ScalarType::float64:
+      return H5T_NATIVE_DOUBLE;
+    case ScalarType::uint8:
+      return H5T_NATIVE_UINT8;
+  }
+  return -1;
+}
+hid_t file_type(ScalarType t) {
+  switch (t) {
+    case ScalarType::float32:
+      return H5T_IEEE_F32LE;
+    case ScalarType::float64:
+      return H5T_IEEE_F64LE;
+    case ScalarType::uint8:
+      return H5T_STD_U8LE;
+  }
+  return -1;
+}
+// The scalar type of a dataset's type; false for any other type.
+bool scalar_type_of_h5(hid_t type, ScalarType& out) {
+  const H5T_class_t c = H5Tget_class(type);
+  const std::size_t n = H5Tget_size(type);
+  if (c == H5T_FLOAT && n == 4)
+    out = ScalarType::float32;
+  else if (c == H5T_FLOAT && n == 8)
+    out = ScalarType::float64;
+  else if (c == H5T_INTEGER && n == 1 && H5Tget_sign(type) == H5T_SGN_NONE)
+    out = ScalarType::uint8;
+  else
+    return false;
+  return true;
+}
+
+// --- attributes ---
+
+void write_attribute(hid_t loc, const std::string& name, hid_t file_t, hid_t mem_t, const void* value,
+                     const std::vector<hsize_t>& dims, const std::string& where) {
+  Handle space(
+      ok(dims.empty() ? H5Screate(H5S_SCALAR) : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
+         "cannot create a dataspace"),
+      H5Sclose);
+  Handle a(ok(H5Acreate2(loc, name.c_str(), file_t, space, H5P_DEFAULT, H5P_DEFAULT),
+              "cannot create attribute '" + name + "' of " + where),
+           H5Aclose);
+  ok(H5Awrite(a, mem_t, value), "cannot write attribute '" + name + "' of " + where);
+}
+void write_int(hid_t loc, const std::string& name, std::int64_t v, const std::string& where) {
+  write_attribute(loc, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &v, {}, where);
+}
+void write_real(hid_t loc, const std::string& name, double v, const std::string& where) {
+  write_attribute(loc, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &v, {}, where);
+}
+void write_ints(hid_t loc, const std::string& name, const std::vector<std::int64_t>& v, const std::string& where) {
+  const std::int64_t none = 0;
+  write_attribute(loc, name, H5T_STD_I64LE, H5T_NATIVE_INT64, v.empty() ? &none : v.data(), {v.empty() ? 0 : v.size()},
+                  where);
+}
+Handle string_type(std::size_t n) {
+  Handle t(ok(H5Tcopy(H5T_C_S1), "cannot create a string type"), H5Tclose);
+  ok(H5Tset_size(t, std::max<std::size_t>(n, 1)), "cannot size a string type");
+  ok(H5Tset_strpad(t, H5T_STR_NULLPAD), "cannot set a string type's padding");
+  return t;
+}
+void write_string(hid_t loc, const std::string& name, const std::string& v, const std::string& where) {
+  Handle t                 = string_type(v.size());
+  const std::string padded = v.empty() ? std::string(1, '\0') : v;
+  write_attribute(loc, name, t, t, padded.data(), {}, where);
+}
+
+struct Attribute {
+  enum Kind { integer, real, string, integers, other } kind = other;
+  std::int64_t i                                            = 0;
+  double r                                                  = 0;
+  std::string s;
+  std::vector<std::int64_t> v;
+};
+
+std::vector<std::string> attribute_names(hid_t obj, const std::string& where) {
+  std::vector<std::string> names;
+  hsize_t idx = 0;
+  ok(H5Aiterate2(
+         obj, H5_INDEX_NAME, H5_ITER_INC, &idx,
+         [](hid_t, const char* name, const H5A_info_t*, void* data) -> herr_t {
+           static_cast<std::vector<std::string>*>(data)->push_back(name);
+           return 0;
+         },
+         &names),
+     "cannot list the attributes of " + where);
+  return names;
+}
+
+Attribute read_attribute(hid_t obj, const std::string& name, const std::string& where) {
+  const std::string what = "attribute '" + name + "' of " + where;
+  Handle a(ok(H5Aopen(obj, name.c_str(), H5P_DEFAULT), "cannot open " + what), H5Aclose);
+  Handle type(ok(H5Aget_type(a), "cannot read the type of " + what), H5Tclose);
+  Handle space(ok(H5Aget_space(a), "cannot read the shape of " + what), H5Sclose);
+  const int rank = H5Sget_simple_extent_ndims(space);
+  ok(rank, "cannot read the shape of " + what);
+  hsize_t n = 1;
+  if (rank == 1) H5Sget_simple_extent_dims(space, &n, nullptr);
+  Attribute out;
+  const H5T_class_t c = H5Tget_class(type);
+  if (c == H5T_INTEGER && rank == 0) {
+    out.kind = Attribute::integer;
+    ok(H5Aread(a, H5T_NATIVE_INT64, &out.i), "cannot read " + what);
+  } else if (c == H5T_INTEGER && rank == 1) {
+    out.kind = Attribute::integers;
+    out.v.resize(n);
+    if (n > 0) ok(H5Aread(a, H5T_NATIVE_INT64, out.v.data()), "cannot read " + what);
+  } else if (c == H5T_FLOAT && rank == 0) {
+    out.kind = Attribute::real;
+    ok(H5Aread(a, H5T_NATIVE_DOUBLE, &out.r), "cannot read " + what);
+  } else if (c == H5T_STRING && rank == 0 && H5Tis_variable_str(type) == 0) {
+    out.kind               = Attribute::string;
+    const std::size_t size = H5Tget_size(type);
+    std::string buf(size, '\0');
+    ok(H5Aread(a, type, &buf[0]), "cannot read " + what);
+    buf.erase(std::find(buf.begin(), buf.end(), '\0'), buf.end());
+    out.s = buf;
+  }
+  return out;
+}
+
+// --- links ---
+
+// The members of a group: (name, is a group).
+std::vector<std::pair<std::string, bool> > members(hid_t group, const std::string& where) {
+  std::vector<std::string> names;
+  hsize_t idx = 0;
+  ok(H5Literate(
+         group, H5_INDEX_NAME, H5_ITER_INC, &idx,
+         [](hid_t, const char* name, const H5L_info_t*, void* data) -> herr_t {
+           static_cast<std::vector<std::string>*>(data)->push_back(name);
+           return 0;
+         },
+         &names),
+     "cannot list the members of " + where);
+  std::vector<std::pair<std::string, bool> > out;
+  for (const auto& n : names) {
+    Handle o(ok(H5Oopen(group, n.c_str(), H5P_DEFAULT), "cannot open " + where + "/" + n), H5Oclose);
+    const H5I_type_t t = H5Iget_type(o);
+    if (t != H5I_GROUP && t != H5I_DATASET) throw Error(where + "/" + n + " is neither a group nor a dataset");
+    out.emplace_back(n, t == H5I_GROUP);
+  }
+  return out;
+}
+
+// Names in the file: '%', '/' and a lone "." are escaped (%25, %2F, %2E), so any parameter name
+// is one group name.
+std::string escape(const std::string& name) {
+  if (name == ".") return "%2E";
+  std::string s;
+  for (char c : name) {
+    if (c == '%')
+      s += "%25";
+    else if (c == '/')
+      s += "%2F";
+    else
+      s += c;
+  }
+  return s;
+}
+std::string unescape(const std::string& name) {
+  std::string s;
+  for (std::size_t i = 0; i < name.size(); ++i) {
+    if (name.compare(i, 3, "%25") == 0)
+      s += '%', i += 2;
+    else if (name.compare(i, 3, "%2F") == 0)
+      s += '/', i += 2;
+    else if (name.compare(i, 3, "%2E") == 0)
+      s += '.', i += 2;
+    else
+      s += name[i];
+  }
+  return s;
+}
+
+std::vector<std::string> split(const std::string& key) {
+  std::vector<std::string> parts;
+  std::size_t a = 0;
+  while (true) {
+    const auto b = key.find('/', a);
+    parts.push_back(key.substr(a, b == std::string::npos ? std::string::npos : b - a));
+    if (b == std::string::npos) break;
+    a = b + 1;
+  }
+  return parts;
+}
+
+// --- selections ---
+
+// Selects the elements [a, b) (row-major order) of the sub-array dims[level..] at the index
+// prefix[0..level) of a dataspace (added to its selection).
+void select_range(hid_t space, const std::vector<hsize_t>& dims, std::vector<hsize_t>& prefix, std::size_t level,
+                  hsize_t a, hsize_t b) {
+  if (a >= b) return;
+  const std::size_t k = dims.size();
+  auto slab           = [&](hsize_t first, hsize_t rows) {
+    std::vector<hsize_t> start(prefix.begin(), prefix.begin() + level), count(level, 1);
+    start.push_back(first);
+    count.push_back(rows);
+    for (std::size_t j = level + 1; j < k; ++j) start.push_back(0), count.push_back(dims[j]);
+    ok(H5Sselect_hyperslab(space, H5S_SELECT_OR, start.data(), nullptr, count.data(), nullptr),
+                 "cannot select a hyperslab");
+  };
+  if (level + 1 == k) return slab(a, b - a);
+  hsize_t inner = 1;
+  for (std::size_t j = level + 1; j < k; ++j) inner *= dims[j];
+  hsize_t r0 = a / inner;
+  if (r0 == (b - 1) / inner) {
+    prefix[level] = r0;
+    return select_range(space, dims, prefix, level + 1, a - r0 * inner, b - r0 * inner);
+  }
+  if (a % inner != 0) {
+    prefix[level] = r0;
+    select_range(space, dims, prefix, level + 1, a % inner, inner);
+    ++r0;
+  }
+  if (b / inner > r0) slab(r0, b / inner - r0);
+  if (b % inner != 0) {
+    prefix[level] = b / inner;
+    select_range(space, dims, prefix, level + 1, 0, b % inner);
+  }
+}
+
+// A dataspace of dims with the flat elements [offset, offset + count) selected.
+Handle file_selection(hid_t dataset, std::int64_t offset, std::int64_t count, const std::string& where) {
+  Handle space(ok(H5Dget_space(dataset), "cannot read the shape of " + where), H5Sclose);
+  const int rank = H5Sget_simple_extent_ndims(space);
+  ok(rank, "cannot read the shape of " + where);
+  if (rank == 0 || count == 0) {
+    if (count == 0) ok(H5Sselect_none(space), "cannot select");
+    return space;
+  }
+  std::vector<hsize_t> dims(static_cast<std::size_t>(rank)), prefix(static_cast<std::size_t>(rank), 0);
+  H5Sget_simple_extent_dims(space, dims.data(), nullptr);
+  ok(H5Sselect_none(space), "cannot select");
+  select_range(space, dims, prefix, 0, static_cast<hsize_t>(offset), static_cast<hsize_t>(offset + count));
+  return space;
+}
+
+Handle memory_space(std::int64_t count) {
+  const hsize_t n = static_cast<hsize_t>(count);
+  Handle s(ok(H5Screate_simple(1, &n, nullptr), "cannot create a dataspace"), H5Sclose);
+  if (count == 0) ok(H5Sselect_none(s), "cannot select");
+  return s;
+}
+
+std::int64_t product(const std::vector<std::int64_t>& shape) {
+  std::int64_t n = 1;
+  for (auto e : shape) n *= e;
+  return n;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The ranks taking part, and agreement on errors
+
+struct Ranks {
+  std::shared_ptr<comm::Communicator> comm;  // null or size 1: one process
+  int rank() const { return comm ? comm->rank() : 0; }
+  int size() const { return comm ? comm->size() : 1; }
+  bool parallel() const { return size() > 1; }
+  // Runs f; every rank then throws the lowest failing rank's error (or none does).
+  template <class F>
+  void together(F&& f) const {
+    std::exception_ptr e;
+    try {
+      f();
+    } catch (...) {
+      e = std::current_exception();
+    }
+    if (parallel())
+      comm->agree_on_exception(e);
+    else if (e)
+      std::rethrow_exception(e);
+  }
+};
+
+Ranks ranks_of(const Optimizer& opt, const std::shared_ptr<comm::Communicator>& given, const char* where) {
+  Ranks r;
+  r.comm = opt.communicator();
+  if (r.comm && given && given->size() != r.comm->size()) {
+    throw ConfigError(std::string("koptim::io::") + where + ": the optimizer's communicator has " +
+                      std::to_string(r.comm->size()) + " ranks but the options name one of " +
+                      std::to_string(given->size()));
+  }
+  if (!r.comm) r.comm = given;
+  return r;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bytes for the manifest exchange
+
+class Out {
+ public:
+  void u64(std::uint64_t v) { bytes(&v, 8); }
+  void str(const std::string& s) {
+    u64(s.size());
+    bytes(s.data(), s.size());
+  }
+  void bytes(const void* p, std::size_t n) { b_.append(static_cast<const char*>(p), n); }
+  const std::string& data() const { return b_; }
+
+ private:
+  std::string b_;
+};
+class In {
+ public:
+  In(const char* p, std::size_t n) : p_(p), end_(p + n) {}
+  std::uint64_t u64() {
+    std::uint64_t v;
+    bytes(&v, 8);
+    return v;
+  }
+  std::string str() {
+    const std::size_t n = u64();
+    if (n > static_cast<std::size_t>(end_ - p_)) throw Error("koptim::io: corrupted manifest");
+    std::string s(p_, n);
+    p_ += n;
+    return s;
+  }
+  void bytes(void* out, std::size_t n) {
+    if (n > static_cast<std::size_t>(end_ - p_)) throw Error("koptim::io: corrupted manifest");
+    std::memcpy(out, p_, n);
+    p_ += n;
+  }
+  bool done() const { return p_ == end_; }
+
+ private:
+  const char* p_;
+  const char* end_;
+};
+
+// Every rank's bytes, on every rank.
+std::vector<std::string> all_gather_bytes(const Ranks& r, const std::string& mine) {
+  if (!r.parallel()) return {mine};
+  const MPI_Comm c = r.comm->mpi_comm();
+  long long n      = static_cast<long long>(mine.size());
+  std::vector<long long> sizes(static_cast<std::size_t>(r.size()));
+  MPI_Allgather(&n, 1, MPI_LONG_LONG, sizes.data(), 1, MPI_LONG_LONG, c);
+  std::vector<int> counts(sizes.size()), displs(sizes.size());
+  long long total = 0;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    if (total + sizes[i] > INT32_MAX) throw Error("koptim::io::save_checkpoint: the state's manifest exceeds 2 GiB");
+    counts[i] = static_cast<int>(sizes[i]);
+    displs[i] = static_cast<int>(total);
+    total += sizes[i];
+  }
+  std::string all(static_cast<std::size_t>(total), '\0');
+  MPI_Allgatherv(mine.data(), counts[static_cast<std::size_t>(r.rank())], MPI_CHAR, &all[0], counts.data(),
+                 displs.data(), MPI_CHAR, c);
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < sizes.size(); ++i) out.push_back(all.substr(displs[i], counts[i]));
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The plan of a save: every entry of the complete state
+
+struct Part {
+  int rank;
+  std::int64_t offset, count;
+};
+struct Entry {
+  enum Kind { integer, real, tensor } kind = integer;
+  std::int64_t i                           = 0;
+  double r                                 = 0;
+  ScalarType dtype                         = ScalarType::float32;
+  std::vector<std::int64_t> shape;  // the whole tensor's
+  std::vector<Part> parts;          // who writes which elements
+  int first_rank = 0;
+};
+
+std::string manifest_of(const OptimizerState& s) {
+  Out o;
+  o.u64(s.integers.size());
+  for (const auto& kv : s.integers) {
+    o.str(kv.first);
+    o.u64(static_cast<std::uint64_t>(kv.second));
+  }
+  o.u64(s.reals.size());
+  for (const auto& kv : s.reals) {
+    o.str(kv.first);
+    o.bytes(&kv.second, 8);
+  }
+  o.u64(s.tensors.size());
+  for (const auto& kv : s.tensors) {
+    const auto& t = kv.second;
+    o.str(kv.first);
+    o.u64(static_cast<std::uint64_t>(t.dtype));
+    const auto& whole = t.whole.empty() ? t.shape : t.whole;
+    o.u64(whole.size());
+    for (auto e : whole) o.u64(static_cast<std::uint64_t>(e));
+    o.u64(static_cast<std::uint64_t>(t.whole.empty() ? 0 : t.offset));
+    o.u64(static_cast<std::uint64_t>(t.size()));
+  }
+  return o.data();
+}
+
+std::map<std::string, Entry> plan_of(const std::vector<std::string>& manifests) {
+  std::map<std::string, Entry> plan;
+  const std::string where = "koptim::io::save_checkpoint: ";
+  for (std::size_t rank = 0; rank < manifests.size(); ++rank) {
+    In in(manifests[rank].data(), manifests[rank].size());
+    const int r = static_cast<int>(rank);
+    auto scalar = [&](const std::string& key, Entry::Kind kind, std::int64_t i, double x) {
+      auto it = plan.find(key);
+      if (it == plan.end()) {
+        Entry e;
+        e.kind       = kind;
+        e.i          = i;
+        e.r          = x;
+        e.first_rank = r;
+        plan[key]    = e;
+        return;
+      }
+      const Entry& e = it->second;
+      if (e.kind != kind || (kind == Entry::integer ? e.i != i : std::memcmp(&e.r, &x, 8) != 0)) {
+        std::ostringstream m;
+        m.precision(17);
+        m << where << "the ranks disagree on the state's entry '" << key << "' (rank " << e.first_rank << ": ";
+        if (e.kind == Entry::integer)
+          m << e.i;
+        else if (e.kind == Entry::real)
+          m << e.r;
+        else
+          m << "a tensor";
+        m << ", rank " << r << ": " << (kind == Entry::integer ? std::to_string(i) : std::to_string(x)) << ")";
+        throw StateError(m.str());
+      }
+    };
+    for (std::uint64_t n = in.u64(); n > 0; --n) {
+      const std::string k = in.str();
+      scalar(k, Entry::integer, static_cast<std::int64_t>(in.u64()), 0);
+    }
+    for (std::uint64_t n = in.u64(); n > 0; --n) {
+      const std::string k = in.str();
+      double x;
+      in.bytes(&x, 8);
+      scalar(k, Entry::real, 0, x);
+    }
+    for (std::uint64_t n = in.u64(); n > 0; --n) {
+      const std::string k = in.str();
+      const auto dtype    = static_cast<ScalarType>(in.u64());
+      std::vector<std::int64_t> shape(in.u64());
+      for (auto& e : shape) e = static_cast<std::int64_t>(in.u64());
+      const auto offset = static_cast<std::int64_t>(in.u64());
+      const auto count  = static_cast<std::int64_t>(in.u64());
+      auto it           = plan.find(k);
+      if (it == plan.end()) {
+        Entry e;
+        e.kind       = Entry::tensor;
+        e.dtype      = dtype;
+        e.shape      = shape;
+        e.first_rank = r;
+        it           = plan.emplace(k, e).first;
+      }
+      Entry& e = it->second;
+      if (e.kind != Entry::tensor || e.dtype != dtype || e.shape != shape) {
+        throw StateError(where + "the ranks disagree on the state's tensor '" + k + "' (rank " +
+                         std::to_string(e.first_rank) + ": " + to_string(e.dtype) + " " + shape_string(e.shape) +
+                         ", rank " + std::to_string(r) + ": " + to_string(dtype) + " " + shape_string(shape) + ")");
+      }
+      bool held = false;
+      for (const auto& p : e.parts) held = held || (p.offset == offset && p.count == count);
+      if (!held) e.parts.push_back({r, offset, count});
+    }
+    if (!in.done()) throw Error(where + "corrupted manifest");
+  }
+  // The parts of every tensor must tile it exactly.
+  for (auto& kv : plan) {
+    Entry& e = kv.second;
+    if (e.kind != Entry::tensor) continue;
+    std::sort(e.parts.begin(), e.parts.end(), [](const Part& a, const Part& b) { return a.offset < b.offset; });
+    std::int64_t next = 0;
+    for (const auto& p : e.parts) {
+      if (p.offset != next) break;
+      next += p.count;
+    }
+    if (next != product(e.shape)) {
+      throw StateError(where + "the ranks' slices of the state's tensor '" + kv.first + "' do not cover its " +
+                       std::to_string(product(e.shape)) + " elements exactly once");
+    }
+  }
+  return plan;
+}
+
+// The parameter a state key belongs to ("<name>/..."; the longest name that fits), or -1.
+int owner_of(const ParameterSet& ps, const std::string& key) {
+  int best = -1;
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    const std::string& n = ps[i].name;
+    if (key.size() > n.size() + 1 && key.compare(0, n.size(), n) == 0 && key[n.size()] == '/' &&
+        (best < 0 || n.size() > ps[static_cast<std::size_t>(best)].name.size()))
+      best = static_cast<int>(i);
+  }
+  return best;
+}
+
+// The HDF5 group and name of a state entry: (group path segments below the root, name).
+std::pair<std::vector<std::string>, std::string> location_of(const ParameterSet& ps, const std::string& key) {
+  std::vector<std::string> path;
+  std::string rest = key;
+  const int p      = owner_of(ps, key);
+  if (p >= 0) {
+    path = {"parameters", escape(ps[static_cast<std::size_t>(p)].name), "state"};
+    rest = key.substr(ps[static_cast<std::size_t>(p)].name.size() + 1);
+  } else {
+    path = {"optimizer"};
+  }
+  auto parts = split(rest);
+  for (std::size_t j = 0; j + 1 < parts.size(); ++j) path.push_back(escape(parts[j]));
+  return {path, escape(parts.back())};
+}
+
+std::vector<hsize_t> chunk_of(const std::vector<std::int64_t>& shape, std::size_t element_bytes) {
+  // Chunks of at most ~4 MiB that span the innermost dimensions first.
+  std::int64_t budget = std::max<std::int64_t>(1, (std::int64_t{4} << 20) / static_cast<std::int64_t>(element_bytes));
+  std::vector<hsize_t> c(shape.size());
+  for (std::size_t j = shape.size(); j-- > 0;) {
+    const std::int64_t e = std::min<std::int64_t>(shape[j], std::max<std::int64_t>(1, budget));
+    c[j]                 = static_cast<hsize_t>(e);
+    budget /= std::max<std::int64_t>(1, e);
+  }
+  return c;
+}
+
+// Creates a dataset of the given shape, chunked and Fletcher32-checksummed (an empty one is
+// contiguous: there is nothing to checksum).
+Handle create_dataset(hid_t group, const std::string& name, ScalarType dtype, const std::vector<std::int64_t>& shape,
+                      const std::string& where) {
+  std::vector<hsize_t> dims(shape.begin(), shape.end());
+  Handle space(
+      ok(dims.empty() ? H5Screate(H5S_SCALAR) : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
+         "cannot create the dataspace of " + where),
+      H5Sclose);
+  Handle dcpl(ok(H5Pcreate(H5P_DATASET_CREATE), "cannot create a property list"), H5Pclose);
+  if (!dims.empty() && product(shape) > 0) {
+    const auto chunk = chunk_of(shape, size_of(dtype));
+    ok(H5Pset_chunk(dcpl, static_cast<int>(chunk.size()), chunk.data()), "cannot set the chunks of " + where);
+    ok(H5Pset_fletcher32(dcpl), "cannot set the Fletcher32 filter of " + where);
+  }
+  ok(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER), "cannot set the fill time of " + where);
+  return {ok(H5Dcreate2(group, name.c_str(), file_type(dtype), space, H5P_DEFAULT, dcpl, H5P_DEFAULT),
+             "cannot create dataset " + where),
+          H5Dclose};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Configuration as flat "key -> value" text
+
+void flatten(const Teuchos::ParameterList& l, const std::string& prefix, std::map<std::string, std::string>& out) {
+  for (auto it = l.begin(); it != l.end(); ++it) {
+    const std::string key = prefix + l.name(it);
+    const auto& e         = l.entry(it);
+    if (e.isList()) {
+      flatten(Teuchos::getValue<Teuchos::ParameterList>(e), key + "/", out);
+    } else {
+      std::ostringstream v;
+      v.precision(17);
+      v << std::boolalpha;
+      e.leftshift(v, false);
+      out[key] = v.str();
+    }
+  }
+}
+std::map<std::string, std::string> flat_configuration(const std::string& xml) {
+  std::map<std::string, std::string> out;
+  if (!xml.empty()) flatten(*Teuchos::getParametersFromXmlString(xml), "", out);
+  return out;
+}
+
+// "key: a in the checkpoint, b now" for every key whose value differs.
+std::vector<std::string> configuration_changes(const std::string& saved, const std::string& now) {
+  std::vector<std::string> out;
+  if (saved.empty() || now.empty()) return out;
+  const auto a = flat_configuration(saved), b = flat_configuration(now);
+  std::set<std::string> keys;
+  for (const auto& kv : a) keys.insert(kv.first);
+  for (const auto& kv : b) keys.insert(kv.first);
+  for (const auto& k : keys) {
+    const auto ia = a.find(k), ib = b.find(k);
+    const std::string va = ia == a.end() ? "(absent)" : ia->second, vb = ib == b.end() ? "(absent)" : ib->second;
+    if (va != vb) out.push_back(k + ": " + va + " in the checkpoint, " + vb + " now");
+  }
+  return out;
+}
+
+void check_metadata(const Metadata& m) {
+  auto name = [](const std::string& k) {
+    if (k.empty() || k.find('/') != std::string::npos || k.find('\0') != std::string::npos)
+      throw ConfigError("koptim::io::save_checkpoint: metadata name '" + k +
+                        "' is not allowed; names must be non-empty, without '/' or NUL");
+  };
+  std::set<std::string> seen;
+  auto unique = [&](const std::string& k) {
+    name(k);
+    if (!seen.insert(k).second)
+      throw ConfigError("koptim::io::save_checkpoint: metadata name '" + k + "' is used for two values");
+  };
+  for (const auto& kv : m.integers) unique(kv.first);
+  for (const auto& kv : m.reals) unique(kv.first);
+  for (const auto& kv : m.strings) {
+    unique(kv.first);
+    if (kv.second.size() > 65000 || kv.second.find('\0') != std::string::npos)
+      throw ConfigError("koptim::io::save_checkpoint: metadata string '" + kv.first +
+                        "' is not allowed: at most 65000 bytes, without NUL (" + std::to_string(kv.second.size()) +
+                        " bytes given)");
+  }
+}
+
+// The host copy of a parameter's elements [offset, offset + count) in memory order.
+std::vector<unsigned char> parameter_bytes(const TensorRef& t, std::int64_t offset, std::int64_t count) {
+  std::vector<unsigned char> out(static_cast<std::size_t>(count) * size_of(t.dtype));
+  if (count == 0) return out;
+  dispatch(t.dtype, [&](auto zero) {
+    using T = decltype(zero);
+    Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged> > h(reinterpret_cast<T*>(out.data()),
+                                                                                    count);
+    Kokkos::deep_copy(h, Kokkos::subview(t.flat<T>(), std::make_pair(offset, offset + count)));
+  });
+  return out;
+}
+
+std::string layout_of(const TensorRef& t) { return t.layout_right ? "right" : "left"; }
+
+// fsync of a file or directory; false on failure.
+bool sync_path(const std::string& p, bool directory) {
+  const int fd = ::open(p.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
+  if (fd < 0) return false;
+  const bool good = ::fsync(fd) == 0;
+  ::close(fd);
+  return good;
+}
+std::string directory_of(const std::string& p) {
+  const auto s = p.rfind('/');
+  if (s == std::string::npos) return ".";
+  return s == 0 ? "/" : p.substr(0, s);
+}
+
+}  // namespace
+
+// =============================================================================================
+
+void save_checkpoint(const std::string& path, const Optimizer& opt, const SaveOptions& options) {
+  koptim::Impl::ScopedRegion region("koptim::io::save_checkpoint");
+  const std::string where = "koptim::io::save_checkpoint('" + path + "'): ";
+  const Ranks r           = ranks_of(opt, options.comm, "save_checkpoint");
+  QuietHdf5 quiet;
+  const ParameterSet& ps = opt.parameters();
+
+  // 1. Local work and the plan, agreed before any file is touched.
+  OptimizerState state;
+  std::map<std::string, Entry> plan;
+  const bool same_path = !r.parallel() || r.comm->same_on_all_ranks(path);
+  r.together([&] {
+    if (!same_path) throw ConfigError(where + "the ranks name different files; every rank must pass the same path");
+    if (path.empty()) throw ConfigError(where + "the path is empty");
+    check_metadata(options.metadata);
+    state = opt.export_state();
+  });
+  r.together([&] { plan = plan_of(all_gather_bytes(r, manifest_of(state))); });
+
+  // 2. The file, written collectively.
+  const std::string tmp = path + ".tmp";
+  int failure_after     = injected_failure;
+  injected_failure      = -1;
+  int datasets          = 0;
+  auto count_dataset    = [&] {
+    if (failure_after >= 0 && datasets++ == failure_after)
+      throw Error(where + "injected failure after " + std::to_string(failure_after) + " datasets (test hook)");
+  };
+  const unsigned char dummy = 0;  // HDF5 wants a buffer even where a rank writes nothing
+  try {
+    r.together([&] {
+      Handle fapl(ok(H5Pcreate(H5P_FILE_ACCESS), "cannot create a property list"), H5Pclose);
+#ifdef H5_HAVE_PARALLEL
+      if (r.parallel()) ok(H5Pset_fapl_mpio(fapl, r.comm->mpi_comm(), MPI_INFO_NULL), "cannot set MPI-IO");
+#else
+      if (r.parallel())
+        throw ConfigError(where +
+                          "the HDF5 koptim was built with has no MPI-IO (a parallel HDF5 is needed to save on " +
+                          std::to_string(r.size()) + " ranks)");
+#endif
+      Handle file(ok(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl), where + "cannot create '" + tmp + "'"),
+                  H5Fclose);
+      Handle xfer(ok(H5Pcreate(H5P_DATASET_XFER), "cannot create a property list"), H5Pclose);
+#ifdef H5_HAVE_PARALLEL
+      if (r.parallel()) ok(H5Pset_dxpl_mpio(xfer, H5FD_MPIO_COLLECTIVE), "cannot set collective transfers");
+#endif
+
+      // Root attributes and the configuration.
+      write_string(file, "format", format_name, "the file");
+      write_int(file, "format_version", checkpoint_format_version, "the file");
+      write_string(file, "koptim_version", KOPTIM_VERSION_STRING, "the file");
+      write_string(file, "koptim_git_hash", KOPTIM_GIT_HASH, "the file");
+      write_string(file, "optimizer", opt.name(), "the file");
+      write_int(file, "num_ranks", r.size(), "the file");
+      write_int(file, "has_parameter_values", options.save_parameters ? 1 : 0, "the file");
+      {
+        const std::string& xml = opt.configuration();
+        Handle t               = string_type(xml.size());
+        Handle space(ok(H5Screate(H5S_SCALAR), "cannot create a dataspace"), H5Sclose);
+        Handle d(ok(H5Dcreate2(file, "parameter_list", t, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                    where + "cannot create dataset /parameter_list"),
+                 H5Dclose);
+        const std::string padded = xml.empty() ? std::string(1, '\0') : xml;
+        ok(H5Dwrite(d, t, H5S_ALL, H5S_ALL, xfer, padded.data()), where + "cannot write /parameter_list");
+      }
+      {
+        Handle meta = group_create(file, "metadata", "/metadata");
+        for (const auto& kv : options.metadata.integers) write_int(meta, kv.first, kv.second, "/metadata");
+        for (const auto& kv : options.metadata.reals) write_real(meta, kv.first, kv.second, "/metadata");
+        for (const auto& kv : options.metadata.strings) write_string(meta, kv.first, kv.second, "/metadata");
+      }
+
+      // Groups: /optimizer, /parameters/<name>/state and whatever the keys need below them.
+      std::map<std::string, Handle> groups;
+      std::function<hid_t(const std::vector<std::string>&)> group = [&](const std::vector<std::string>& p) -> hid_t {
+        std::string full;
+        for (const auto& s : p) full += "/" + s;
+        auto it = groups.find(full);
+        if (it != groups.end()) return it->second;
+        const hid_t parent = p.size() == 1 ? file.get() : group(std::vector<std::string>(p.begin(), p.end() - 1));
+        return groups.emplace(full, group_create(parent, p.back(), full)).first->second;
+      };
+      group({"optimizer"});
+      group({"parameters"});
+      for (std::size_t i = 0; i < ps.size(); ++i) {
+        const auto& p           = ps[i];
+        const std::string gname = "/parameters/" + escape(p.name);
+        const hid_t g           = group({"parameters", escape(p.name)});
+        write_string(g, "name", p.name, gname);
+        write_int(g, "index", static_cast<std::int64_t>(i), gname);
+        write_string(g, "dtype", to_string(p.param.dtype), gname);
+        write_ints(g, "shape", p.param.shape, gname);
+        write_string(g, "layout", layout_of(p.param), gname);
+        write_string(g, "group", ps.groups()[static_cast<std::size_t>(p.group)].name, gname);
+        group({"parameters", escape(p.name), "state"});
+        if (!options.save_parameters) continue;
+        // Every rank holds the values: each writes an equal share.
+        const std::int64_t n = p.param.size, lo = n * r.rank() / r.size(), hi = n * (r.rank() + 1) / r.size();
+        Handle d = create_dataset(g, "value", p.param.dtype, p.param.shape, gname + "/value");
+        count_dataset();
+        const auto bytes = parameter_bytes(p.param, lo, hi - lo);
+        Handle fs        = file_selection(d, lo, hi - lo, gname + "/value");
+        Handle ms        = memory_space(hi - lo);
+        ok(H5Dwrite(d, memory_type(p.param.dtype), ms, fs, xfer, bytes.empty() ? &dummy : bytes.data()),
+           where + "cannot write " + gname + "/value");
+      }
+
+      // The state entries, in key order on every rank.
+      for (const auto& kv : plan) {
+        const auto loc = location_of(ps, kv.first);
+        const hid_t g  = group(loc.first);
+        std::string gname;
+        for (const auto& s : loc.first) gname += "/" + s;
+        const Entry& e = kv.second;
+        if (e.kind == Entry::integer) {
+          write_int(g, loc.second, e.i, gname);
+          continue;
+        }
+        if (e.kind == Entry::real) {
+          write_real(g, loc.second, e.r, gname);
+          continue;
+        }
+        const std::string dname = gname + "/" + loc.second;
+        Handle d                = create_dataset(g, loc.second, e.dtype, e.shape, dname);
+        count_dataset();
+        const Part* mine = nullptr;
+        for (const auto& p : e.parts)
+          if (p.rank == r.rank()) mine = &p;
+        const StateTensor* t = mine ? &state.tensors.at(kv.first) : nullptr;
+        if (e.shape.empty()) {  // a scalar dataspace: written by its one part's rank
+          Handle fs(ok(H5Dget_space(d), "cannot read a dataspace"), H5Sclose);
+          if (!mine) ok(H5Sselect_none(fs), "cannot select");
+          Handle ms(ok(H5Screate(H5S_SCALAR), "cannot create a dataspace"), H5Sclose);
+          if (!mine) ok(H5Sselect_none(ms), "cannot select");
+          ok(H5Dwrite(d, memory_type(e.dtype), ms, fs, xfer, t ? t->data.data() : &dummy),
+             where + "cannot write " + dname);
+          continue;
+        }
+        const std::int64_t offset = mine ? mine->offset : 0, count = mine ? mine->count : 0;
+        Handle fs = file_selection(d, offset, count, dname);
+        Handle ms = memory_space(count);
+        ok(H5Dwrite(d, memory_type(e.dtype), ms, fs, xfer, t && count ? t->data.data() : &dummy),
+           where + "cannot write " + dname);
+      }
+      groups.clear();
+      if (file.close() < 0) throw Error(where + "cannot close '" + tmp + "' (HDF5: " + hdf5_message() + ")");
+    });
+
+    // 3. Durable, then renamed over the target.
+    r.together([&] {
+      if (r.rank() != 0) return;
+      if (!sync_path(tmp, false)) throw Error(where + "cannot sync '" + tmp + "' to disk: " + std::strerror(errno));
+      if (std::rename(tmp.c_str(), path.c_str()) != 0)
+        throw Error(where + "cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(errno));
+      sync_path(directory_of(path), true);
+    });
+  } catch (...) {
+    // Every handle is closed by now; the previous file at path is untouched.
+    if (r.rank() == 0) std::remove(tmp.c_str());
+    throw;
+  }
+}
+
+// =============================================================================================
+
+LoadReport load_checkpoint(const std::string& path, Optimizer& opt, const LoadOptions& options) {
+  koptim::Impl::ScopedRegion region("koptim::io::load_checkpoint");
+  const std::string where = "koptim::io::load_checkpoint('" + path + "'): ";
+  const Ranks r           = ranks_of(opt, options.comm, "load_checkpoint");
+  QuietHdf5 quiet;
+  const ParameterSet& ps = opt.parameters();
+
+  LoadReport report;
+  OptimizerState state;
+  std::vector<std::vector<unsigned char> > values(ps.size());
+  const bool same_path = !r.parallel() || r.comm->same_on_all_ranks(path);
+  r.together([&] {
+    if (!same_path) throw ConfigError(where + "the ranks name different files; every rank must pass the same path");
+    if (FILE* f = std::fopen(path.c_str(), "rb")) {
+      std::fclose(f);
+    } else {
+      throw Error(where + "cannot open the file: " + std::strerror(errno));
+    }
+    if (H5Fis_hdf5(path.c_str()) <= 0) throw Error(where + "the file is not an HDF5 file (or is truncated or damaged)");
+    // Every rank reads on its own (read-only, no collective calls): an error on one rank cannot
+    // leave another waiting.
+    Handle file(ok(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT),
+                   where + "cannot open the file as HDF5 (truncated or damaged?)"),
+                H5Fclose);
+    const std::string damaged = " (not a koptim checkpoint, or damaged)";
+    auto root                 = [&](const char* name) { return read_attribute(file, name, "the file"); };
+    const auto fmt            = root("format");
+    if (fmt.kind != Attribute::string || fmt.s != format_name)
+      throw Error(where + "the file is not a koptim checkpoint (no attribute format = \"" + format_name + "\")");
+    const auto version = root("format_version");
+    if (version.kind != Attribute::integer) throw Error(where + "attribute format_version is missing" + damaged);
+    if (version.i > checkpoint_format_version || version.i < 1)
+      throw Error(where + "the checkpoint has format version " + std::to_string(version.i) + "; this koptim (" +
+                  KOPTIM_VERSION_STRING + ") reads versions 1 to " + std::to_string(checkpoint_format_version) +
+                  (version.i > checkpoint_format_version ? " (written by a newer koptim)" : ""));
+    const auto name = root("optimizer"), nranks = root("num_ranks"), kv = root("koptim_version"),
+               has_values = root("has_parameter_values");
+    if (name.kind != Attribute::string || nranks.kind != Attribute::integer || kv.kind != Attribute::string ||
+        has_values.kind != Attribute::integer)
+      throw Error(where + "the file's root attributes are incomplete" + damaged);
+    if (name.s != opt.name())
+      throw StateError(where + "the checkpoint holds the state of optimizer '" + name.s + "', not '" + opt.name() +
+                       "'");
+    report.written_on_ranks = static_cast<int>(nranks.i);
+    report.koptim_version   = kv.s;
+
+    std::string saved_xml;
+    {
+      Handle d(ok(H5Dopen2(file, "parameter_list", H5P_DEFAULT), where + "cannot open /parameter_list" + damaged),
+               H5Dclose);
+      Handle t(ok(H5Dget_type(d), where + "cannot read /parameter_list"), H5Tclose);
+      if (H5Tget_class(t) != H5T_STRING || H5Tis_variable_str(t) != 0)
+        throw Error(where + "/parameter_list is not a fixed-length string" + damaged);
+      saved_xml.assign(H5Tget_size(t), '\0');
+      ok(H5Dread(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, &saved_xml[0]), where + "cannot read /parameter_list");
+      saved_xml.erase(std::find(saved_xml.begin(), saved_xml.end(), '\0'), saved_xml.end());
+    }
+    {
+      Handle meta(ok(H5Gopen2(file, "metadata", H5P_DEFAULT), where + "cannot open /metadata" + damaged), H5Gclose);
+      for (const auto& n : attribute_names(meta, "/metadata")) {
+        const auto a = read_attribute(meta, n, "/metadata");
+        if (a.kind == Attribute::integer)
+          report.metadata.integers[n] = a.i;
+        else if (a.kind == Attribute::real)
+          report.metadata.reals[n] = a.r;
+        else if (a.kind == Attribute::string)
+          report.metadata.strings[n] = a.s;
+        else
+          throw Error(where + "metadata attribute '" + n + "' has a type koptim does not write" + damaged);
+      }
+    }
+
+    // The parameters: the same names, scalar types, shapes and layouts.
+    Handle params(ok(H5Gopen2(file, "parameters", H5P_DEFAULT), where + "cannot open /parameters" + damaged), H5Gclose);
+    std::set<std::string> seen;
+    std::vector<std::pair<int, std::string> > groups;  // (parameter index here, group name)
+    for (const auto& m : members(params, "/parameters")) {
+      const std::string gname = "/parameters/" + m.first;
+      if (!m.second) throw Error(where + gname + " is not a group" + damaged);
+      Handle g(ok(H5Gopen2(params, m.first.c_str(), H5P_DEFAULT), where + "cannot open " + gname), H5Gclose);
+      const auto pname = read_attribute(g, "name", gname), dtype = read_attribute(g, "dtype", gname),
+                 shape = read_attribute(g, "shape", gname), layout = read_attribute(g, "layout", gname);
+      if (pname.kind != Attribute::string || dtype.kind != Attribute::string || shape.kind != Attribute::integers ||
+          layout.kind != Attribute::string)
+        throw Error(where + "the attributes of " + gname + " are incomplete" + damaged);
+      const int i = ps.find(pname.s);
+      if (i < 0)
+        throw ShapeError(where + "the checkpoint has parameter '" + pname.s +
+                         "', which this optimizer's ParameterSet does not have");
+      const auto& p = ps[static_cast<std::size_t>(i)];
+      if (dtype.s != to_string(p.param.dtype) || shape.v != p.param.shape || layout.s != layout_of(p.param))
+        throw ShapeError(where + "parameter '" + p.name + "' is " + dtype.s + " " + shape_string(shape.v) + " Layout" +
+                         (layout.s == "left" ? "Left" : "Right") + " in the checkpoint, " + to_string(p.param.dtype) +
+                         " " + shape_string(p.param.shape) + " Layout" + (p.param.layout_right ? "Right" : "Left") +
+                         " here");
+      seen.insert(pname.s);
+      groups.emplace_back(i, m.first);
+    }
+    for (const auto& p : ps.parameters())
+      if (!seen.count(p.name))
+        throw ShapeError(where + "this optimizer's parameter '" + p.name + "' is not in the checkpoint");
+
+    // The state entries this rank keeps.
+    state.optimizer = name.s;
+    auto take       = [&](hid_t g, const std::string& gname, const std::string& key_prefix) {
+      std::function<void(hid_t, const std::string&, const std::string&)> walk = [&](hid_t at,
+                                                                                    const std::string& at_name,
+                                                                                    const std::string& prefix) {
+        for (const auto& n : attribute_names(at, at_name)) {
+          const std::string key = prefix + unescape(n);
+          if (opt.state_part(key).kind == Optimizer::StatePart::none) continue;
+          const auto a = read_attribute(at, n, at_name);
+          if (a.kind == Attribute::integer)
+            state.integers[key] = a.i;
+          else if (a.kind == Attribute::real)
+            state.reals[key] = a.r;
+          else
+            throw Error(where + "state attribute " + at_name + "/" + n + " is neither an integer nor a real" + damaged);
+        }
+        for (const auto& m : members(at, at_name)) {
+          const std::string key = prefix + unescape(m.first), mname = at_name + "/" + m.first;
+          if (m.second) {
+            Handle sub(ok(H5Gopen2(at, m.first.c_str(), H5P_DEFAULT), where + "cannot open " + mname), H5Gclose);
+            walk(sub, mname, key + "/");
+            continue;
+          }
+          const auto part = opt.state_part(key);
+          if (part.kind == Optimizer::StatePart::none) continue;
+          Handle d(ok(H5Dopen2(at, m.first.c_str(), H5P_DEFAULT), where + "cannot open " + mname), H5Dclose);
+          Handle type(ok(H5Dget_type(d), where + "cannot read the type of " + mname), H5Tclose);
+          Handle space(ok(H5Dget_space(d), where + "cannot read the shape of " + mname), H5Sclose);
+          StateTensor t;
+          if (!scalar_type_of_h5(type, t.dtype))
+            throw Error(where + "dataset " + mname + " has a type koptim does not write" + damaged);
+          const int rank = H5Sget_simple_extent_ndims(space);
+          ok(rank, where + "cannot read the shape of " + mname);
+          std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
+          if (rank > 0) H5Sget_simple_extent_dims(space, dims.data(), nullptr);
+          const std::vector<std::int64_t> shape(dims.begin(), dims.end());
+          const std::int64_t n = product(shape);
+          std::int64_t offset = 0, count = n;
+          if (part.kind == Optimizer::StatePart::slice) {
+            if (part.offset < 0 || part.count < 0 || part.offset + part.count > n)
+              throw StateError(where + "state tensor '" + key + "' has shape " + shape_string(shape) +
+                                     " in the checkpoint; this rank keeps its elements [" + std::to_string(part.offset) +
+                                     ", " + std::to_string(part.offset + part.count) + ")");
+            offset   = part.offset;
+            count    = part.count;
+            t.shape  = {count};
+            t.whole  = shape;
+            t.offset = offset;
+          } else {
+            t.shape = shape;
+          }
+          t.data.resize(static_cast<std::size_t>(count) * size_of(t.dtype));
+          if (count > 0) {
+            Handle ms = memory_space(count);
+            Handle fs = rank == 0 ? Handle(ok(H5Dget_space(d), "cannot read a dataspace"), H5Sclose)
+                                        : file_selection(d, offset, count, mname);
+            if (rank == 0) ms = Handle(ok(H5Screate(H5S_SCALAR), "cannot create a dataspace"), H5Sclose);
+            ok(H5Dread(d, memory_type(t.dtype), ms, fs, H5P_DEFAULT, t.data.data()),
+                     where + "cannot read dataset " + mname + " (a failed Fletcher32 checksum means the file is corrupted)");
+          }
+          state.tensors[key] = std::move(t);
+        }
+      };
+      walk(g, gname, key_prefix);
+    };
+    {
+      Handle g(ok(H5Gopen2(file, "optimizer", H5P_DEFAULT), where + "cannot open /optimizer" + damaged), H5Gclose);
+      take(g, "/optimizer", "");
+    }
+    for (const auto& gp : groups) {
+      const std::string gname = "/parameters/" + gp.second;
+      Handle g(ok(H5Gopen2(params, (gp.second + "/state").c_str(), H5P_DEFAULT),
+                  where + "cannot open " + gname + "/state" + damaged),
+               H5Gclose);
+      take(g, gname + "/state", ps[static_cast<std::size_t>(gp.first)].name + "/");
+    }
+
+    // Does it fit? A structural mismatch names the configuration keys that differ.
+    const auto changes = configuration_changes(saved_xml, opt.configuration());
+    try {
+      opt.check_state(state);
+    } catch (const StateError& e) {
+      std::string keys;
+      for (const auto& c : changes) keys += (keys.empty() ? "" : "; ") + c;
+      throw StateError(where + "the checkpoint's state does not fit this optimizer" +
+                       (keys.empty() ? std::string(": ")
+                                     : " built with another configuration (" + keys + "), which changes the state: ") +
+                       e.what());
+    }
+    report.configuration_changes = changes;
+
+    // The parameter values.
+    report.parameters_loaded = options.load_parameters && has_values.i != 0;
+    if (report.parameters_loaded) {
+      for (const auto& gp : groups) {
+        const auto& p           = ps[static_cast<std::size_t>(gp.first)];
+        const std::string dname = "/parameters/" + gp.second + "/value";
+        Handle d(
+            ok(H5Dopen2(params, (gp.second + "/value").c_str(), H5P_DEFAULT), where + "cannot open " + dname + damaged),
+            H5Dclose);
+        Handle type(ok(H5Dget_type(d), where + "cannot read the type of " + dname), H5Tclose);
+        Handle space(ok(H5Dget_space(d), where + "cannot read the shape of " + dname), H5Sclose);
+        ScalarType dt;
+        std::vector<hsize_t> dims(p.param.shape.size());
+        if (!scalar_type_of_h5(type, dt) || dt != p.param.dtype ||
+            H5Sget_simple_extent_ndims(space) != static_cast<int>(dims.size()))
+          throw ShapeError(where + "dataset " + dname + " does not have parameter '" + p.name +
+                           "''s scalar type and rank");
+        if (!dims.empty()) H5Sget_simple_extent_dims(space, dims.data(), nullptr);
+        if (std::vector<std::int64_t>(dims.begin(), dims.end()) != p.param.shape)
+          throw ShapeError(where + "dataset " + dname + " does not have parameter '" + p.name + "''s shape " +
+                           shape_string(p.param.shape));
+        auto& v = values[static_cast<std::size_t>(gp.first)];
+        v.resize(p.param.bytes());
+        if (p.param.size > 0)
+          ok(H5Dread(d, memory_type(p.param.dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()),
+             where + "cannot read dataset " + dname + " (a failed Fletcher32 checksum means the file is corrupted)");
+      }
+    }
+    if (file.close() < 0) throw Error(where + "cannot close the file");
+  });
+
+  // Every rank has checked everything: now change.
+  opt.import_state(state);
+  if (report.parameters_loaded) {
+    for (std::size_t i = 0; i < ps.size(); ++i) {
+      const auto& t = ps[i].param;
+      if (t.size == 0) continue;
+      dispatch(t.dtype, [&](auto zero) {
+        using T = decltype(zero);
+        Kokkos::View<const T*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged> > h(
+            reinterpret_cast<const T*>(values[i].data()), t.size);
+        Kokkos::deep_copy(t.flat<T>(), h);
+      });
+    }
+  }
+  report.step = opt.step_count();
+  return report;
+}
+
+#endif
+
+}  // namespace io
+}  // namespace koptim

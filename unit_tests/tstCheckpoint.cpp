@@ -1,0 +1,304 @@
+// Checkpoints: a round trip restores the state, the parameters and the metadata exactly; every
+// refused file leaves the optimizer and the parameters exactly as they were; a failed save leaves
+// the previous file intact; h5dump shows the documented layout. Runs at 1 and 2 ranks (a
+// replicated optimizer saving over a communicator, and ranks that name different files).
+#include "koptim_TestCheckpoint.hpp"
+#include "koptim_TestErrors.hpp"
+#include "koptim_TestMpi.hpp"
+
+#include <koptim/io/koptim_Checkpoint.hpp>
+
+#include <gtest/gtest.h>
+#include <hdf5.h>
+#include <mpi.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <memory>
+
+namespace {
+
+using koptim_test::CheckpointModel;
+using koptim_test::expect_error;
+using koptim_test::world;
+
+std::string file(const std::string& name) {
+  return ::testing::TempDir() + "koptim_ckpt_" + name + "_np" + std::to_string(world()->size()) + ".h5";
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+// Written by rank 0 only; every rank waits for it.
+void write_all(const std::string& path, const std::string& bytes) {
+  if (world()->rank() == 0) std::ofstream(path, std::ios::binary) << bytes;
+  MPI_Barrier(world()->mpi_comm());
+}
+
+std::unique_ptr<koptim::Optimizer> make(CheckpointModel& m, const std::string& config, int steps) {
+  auto opt = koptim::create(m.params, koptim_test::checkpoint_config(config), world());
+  for (int s = 1; s <= steps; ++s) {
+    m.gradients(s);
+    opt->step();
+  }
+  return opt;
+}
+
+koptim::io::SaveOptions save_options() {
+  koptim::io::SaveOptions o;
+  o.comm = world();
+  return o;
+}
+koptim::io::LoadOptions load_options() {
+  koptim::io::LoadOptions o;
+  o.comm = world();
+  return o;
+}
+
+// A load that must be refused: the error names what is wrong and nothing changes.
+template <class E = koptim::Error>
+void expect_refused(const std::string& path, koptim::Optimizer& opt, const CheckpointModel& m,
+                    const std::vector<std::string>& fragments) {
+  const auto state  = opt.export_state();
+  const auto values = m.bytes();
+  expect_error<E>([&] { koptim::io::load_checkpoint(path, opt, load_options()); }, fragments);
+  EXPECT_TRUE(state == opt.export_state()) << "the optimizer's state changed";
+  EXPECT_TRUE(values == m.bytes()) << "the parameters changed";
+}
+
+TEST(Checkpoint, RoundTripRestoresStateParametersAndMetadata) {
+  CheckpointModel a;
+  auto opt                     = make(a, "AdamW", 5);
+  koptim::io::SaveOptions o    = save_options();
+  o.metadata.integers["epoch"] = 3;
+  o.metadata.integers["seed"]  = 1234567890123456789LL;
+  o.metadata.reals["loss"]     = 0.1234567890123456789;
+  o.metadata.reals["tiny"]     = 5e-324;
+  o.metadata.strings["note"]   = "resumed run: \"quotes\" and\nnew lines";
+  o.metadata.strings["empty"]  = "";
+  const std::string path       = file("roundtrip");
+  koptim::io::save_checkpoint(path, *opt, o);
+
+  CheckpointModel b;
+  b.scramble();
+  auto l = koptim_test::checkpoint_config("AdamW");
+  l.set("lr", 0.02);  // does not change the state's structure: loads, and is reported
+  auto other        = koptim::create(b.params, l, world());
+  const auto report = koptim::io::load_checkpoint(path, *other, load_options());
+  EXPECT_TRUE(report.metadata == o.metadata);
+  EXPECT_TRUE(report.parameters_loaded);
+  EXPECT_EQ(report.step, 5);
+  EXPECT_EQ(report.written_on_ranks, world()->size());
+  EXPECT_EQ(report.koptim_version, KOPTIM_VERSION_STRING);
+  ASSERT_EQ(report.configuration_changes.size(), 1u);
+  EXPECT_EQ(report.configuration_changes[0], "lr: 0.01 in the checkpoint, 0.02 now");
+  EXPECT_TRUE(opt->export_state() == other->export_state());
+  EXPECT_TRUE(a.bytes() == b.bytes());
+  EXPECT_EQ(other->step_count(), 5);
+}
+
+TEST(Checkpoint, OptimizerOnlyLeavesTheParameters) {
+  CheckpointModel a;
+  auto opt               = make(a, "Adam", 4);
+  auto o                 = save_options();
+  o.save_parameters      = false;
+  const std::string path = file("optimizer_only");
+  koptim::io::save_checkpoint(path, *opt, o);
+  CheckpointModel b;
+  b.scramble();
+  const auto before = b.bytes();
+  auto other        = koptim::create(b.params, koptim_test::checkpoint_config("Adam"), world());
+  const auto report = koptim::io::load_checkpoint(path, *other, load_options());
+  EXPECT_FALSE(report.parameters_loaded);
+  EXPECT_TRUE(before == b.bytes());
+  EXPECT_TRUE(opt->export_state() == other->export_state());
+  // And a file with values, loaded with load_parameters = false.
+  koptim::io::save_checkpoint(path, *opt, save_options());
+  auto lo            = load_options();
+  lo.load_parameters = false;
+  EXPECT_FALSE(koptim::io::load_checkpoint(path, *other, lo).parameters_loaded);
+  EXPECT_TRUE(before == b.bytes());
+}
+
+TEST(Checkpoint, RefusesBadFilesAndChangesNothing) {
+  CheckpointModel a;
+  auto saved             = make(a, "AdamW", 3);
+  const std::string good = file("good");
+  koptim::io::save_checkpoint(good, *saved, save_options());
+  const std::string bytes = read_all(good);
+
+  CheckpointModel m;
+  auto opt = make(m, "AdamW", 2);  // a state that is not the file's
+
+  expect_refused(file("missing"), *opt, m, {"missing", "cannot open the file"});
+
+  const std::string text = file("text");
+  write_all(text, "<ParameterList name=\"koptim\"/>\n");
+  expect_refused(text, *opt, m, {"is not an HDF5 file"});
+
+  const std::string truncated = file("truncated");
+  write_all(truncated, bytes.substr(0, bytes.size() / 2));
+  expect_refused(truncated, *opt, m, {truncated});
+
+  // One flipped byte in the raw data of the parameter b1 (its values as float32 are in the file).
+  const auto values = a.bytes();
+  const std::string needle(reinterpret_cast<const char*>(values.data()) + 4 * 12 * 10, 4 * 10);  // b1
+  const auto at = bytes.find(needle);
+  ASSERT_NE(at, std::string::npos);
+  std::string flipped = bytes;
+  flipped[at + 17] ^= 0x10;
+  const std::string corrupted = file("corrupted");
+  write_all(corrupted, flipped);
+  expect_refused(corrupted, *opt, m, {"/parameters/b1/value", "Fletcher32"});
+
+  CheckpointModel s;
+  auto sgd = make(s, "SGD", 2);
+  expect_refused<koptim::StateError>(good, *sgd, s, {"optimizer 'AdamW', not 'SGD'"});
+
+  // Parameters with another name, shape, scalar type.
+  auto other_set = [&](const std::string& what) {
+    auto set = std::make_shared<CheckpointModel>();
+    koptim::ParameterSet ps;
+    for (const auto& p : set->params.parameters()) {
+      if (p.name == "b1" && what == "name") {
+        ps.add("b1_renamed", set->b1, set->gb1);
+      } else if (p.name == "w2" && what == "shape") {
+        Kokkos::View<float***> w("w2", 7, 3, 5), g("g", 7, 3, 5);
+        ps.add("w2", w, g);
+      } else if (p.name == "scale" && what == "type") {
+        Kokkos::View<float*> w("scale", 4), g("g", 4);
+        ps.add("scale", w, g);
+      } else {
+        ps.add_ref(p.name, p.param, p.grad, 0);
+      }
+    }
+    return std::make_pair(set, ps);
+  };
+  for (const auto& c : std::vector<std::pair<std::string, std::string>>{
+           {"name", "parameter 'b1', which this optimizer's ParameterSet does not have"},
+           {"shape", "parameter 'w2' is float32 (7, 5, 3) LayoutRight in the checkpoint, float32 (7, 3, 5)"},
+           {"type", "parameter 'scale' is float64 (4,) LayoutRight in the checkpoint, float32 (4,)"}}) {
+    auto set = other_set(c.first);
+    auto o   = koptim::create(set.second, koptim_test::checkpoint_config("AdamW"), world());
+    expect_refused<koptim::ShapeError>(good, *o, *set.first, {c.second});
+  }
+
+  // A newer format.
+  const std::string newer = file("newer");
+  write_all(newer, bytes);
+  if (world()->rank() == 0) {
+    const hid_t f        = H5Fopen(newer.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    const hid_t a        = H5Aopen(f, "format_version", H5P_DEFAULT);
+    const std::int64_t v = koptim::io::checkpoint_format_version + 1;
+    H5Awrite(a, H5T_NATIVE_INT64, &v);
+    H5Aclose(a);
+    H5Fclose(f);
+  }
+  MPI_Barrier(world()->mpi_comm());
+  expect_refused(newer, *opt, m, {"format version 2", "written by a newer koptim"});
+
+  // Ranks that name different files (on one rank: a missing file).
+  expect_refused(world()->rank() == 0 && world()->size() > 1 ? good : file("elsewhere"), *opt, m,
+                 {world()->size() > 1 ? "the ranks name different files" : "cannot open the file"});
+
+  // Loading the good file still works after all that.
+  koptim::io::load_checkpoint(good, *opt, load_options());
+  EXPECT_TRUE(saved->export_state() == opt->export_state());
+  EXPECT_TRUE(a.bytes() == m.bytes());
+}
+
+// A configuration that changes the state's structure is refused naming the key and both values.
+TEST(Checkpoint, RefusesAStructuralConfigurationChange) {
+  for (const std::string key : {"max_preconditioner_dim", "use_merge_dims"}) {
+    // Saved with blocks of at most 16 (w2 (7, 5, 3) merges into (7, 15)), loaded with 8 or unmerged.
+    auto saved_list = koptim_test::checkpoint_config("Shampoo");
+    saved_list.set("max_preconditioner_dim", 16);
+    auto loaded_list = saved_list;
+    if (key == "max_preconditioner_dim")
+      loaded_list.set("max_preconditioner_dim", 8);
+    else
+      loaded_list.set("use_merge_dims", false);
+    CheckpointModel a;
+    auto saved = koptim::create(a.params, saved_list, world());
+    a.gradients(1);
+    saved->step();
+    const std::string path = file("shampoo_" + key);
+    koptim::io::save_checkpoint(path, *saved, save_options());
+    CheckpointModel m;
+    auto opt = koptim::create(m.params, loaded_list, world());
+    m.gradients(1);
+    opt->step();
+    expect_refused<koptim::StateError>(
+        path, *opt, m,
+        {"does not fit this optimizer", key == "max_preconditioner_dim"
+                                            ? "max_preconditioner_dim: 16 in the checkpoint, 8 now"
+                                            : "use_merge_dims: true in the checkpoint, false now"});
+  }
+}
+
+TEST(Checkpoint, AFailedSaveLeavesThePreviousFile) {
+  CheckpointModel a;
+  auto opt               = make(a, "Shampoo", 3);
+  const std::string path = file("atomic");
+  koptim::io::save_checkpoint(path, *opt, save_options());
+  const auto state  = opt->export_state();
+  const auto values = a.bytes();
+  for (int s = 4; s <= 6; ++s) {
+    a.gradients(s);
+    opt->step();
+  }
+  koptim::io::Impl::inject_save_failure_after(3);
+  expect_error([&] { koptim::io::save_checkpoint(path, *opt, save_options()); }, {"injected failure"});
+  EXPECT_FALSE(std::ifstream(path + ".tmp").good()) << "the temporary file was left behind";
+  CheckpointModel b;
+  auto fresh = koptim::create(b.params, koptim_test::checkpoint_config("Shampoo"), world());
+  koptim::io::load_checkpoint(path, *fresh, load_options());
+  EXPECT_TRUE(state == fresh->export_state());
+  EXPECT_TRUE(values == b.bytes());
+}
+
+TEST(Checkpoint, RejectsBadMetadataBeforeWriting) {
+  CheckpointModel a;
+  auto opt                   = make(a, "SGD", 1);
+  auto o                     = save_options();
+  o.metadata.integers["a/b"] = 1;
+  const std::string path     = file("bad_metadata");
+  expect_error<koptim::ConfigError>([&] { koptim::io::save_checkpoint(path, *opt, o); }, {"metadata name 'a/b'"});
+  EXPECT_FALSE(std::ifstream(path).good());
+  o                        = save_options();
+  o.metadata.integers["x"] = 1;
+  o.metadata.reals["x"]    = 1;
+  expect_error<koptim::ConfigError>([&] { koptim::io::save_checkpoint(path, *opt, o); }, {"'x' is used for two"});
+}
+
+// h5dump (from Debian's hdf5-tools), when present, reads the documented layout.
+TEST(Checkpoint, H5dumpShowsTheLayout) {
+  const std::string h5dump = KOPTIM_H5DUMP;
+  if (h5dump.empty()) GTEST_SKIP() << "h5dump not found at configure time";
+  CheckpointModel a;
+  auto opt               = make(a, "Gefen", 2);
+  const std::string path = file("layout");
+  koptim::io::save_checkpoint(path, *opt, save_options());
+  if (world()->rank() != 0) return;
+  std::string out;
+  {
+    FILE* p = popen((h5dump + " -H -p " + path).c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    char buf[4096];
+    std::size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    ASSERT_EQ(pclose(p), 0) << out;
+  }
+  for (const char* s :
+       {"ATTRIBUTE \"format\"", "ATTRIBUTE \"format_version\"", "ATTRIBUTE \"koptim_version\"",
+        "ATTRIBUTE \"optimizer\"", "DATASET \"parameter_list\"", "GROUP \"metadata\"", "GROUP \"optimizer\"",
+        "DATASET \"codebook\"", "ATTRIBUTE \"step\"", "GROUP \"parameters\"", "GROUP \"enc%2Fw1\"",
+        "ATTRIBUTE \"layout\"", "DATASET \"value\"", "GROUP \"state\"", "DATASET \"indices\"", "H5T_STD_U8LE",
+        "ATTRIBUTE \"partition\"", "CHECKSUM FLETCHER32", "DATASPACE  SIMPLE { ( 7, 5, 3 ) / ( 7, 5, 3 ) }"}) {
+    EXPECT_NE(out.find(s), std::string::npos) << "h5dump -H -p lacks " << s << ":\n" << out;
+  }
+}
+
+}  // namespace

@@ -118,6 +118,12 @@ void BM_PlainRead(benchmark::State& state) {
   std::remove(path.c_str());
 }
 
+// The in-memory part of a save: the optimizer's state copied to host buffers.
+void BM_ExportState(benchmark::State& state) {
+  auto& s = setup();
+  timed(state, s.payload, [&] { benchmark::DoNotOptimize(s.opt->export_state()); });
+}
+
 void BM_SaveCheckpoint(benchmark::State& state) {
   auto& s = setup();
   timed(state, s.payload, [&] { koptim::io::save_checkpoint(dir() + "/koptim_perf_checkpoint.h5", *s.opt); });
@@ -132,6 +138,7 @@ void BM_LoadCheckpoint(benchmark::State& state) {
 
 BENCHMARK(BM_PlainWriteFsync)->Iterations(3)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_PlainRead)->Iterations(3)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ExportState)->Iterations(3)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_SaveCheckpoint)->Iterations(3)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_LoadCheckpoint)->Iterations(3)->UseManualTime()->Unit(benchmark::kMillisecond);
 

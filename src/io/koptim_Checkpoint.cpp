@@ -330,19 +330,28 @@ std::vector<std::string> split(const std::string& key) {
 
 // --- selections ---
 
-// Selects the elements [a, b) (row-major order) of the sub-array dims[level..] at the index
-// prefix[0..level) of a dataspace (added to its selection).
-void select_range(hid_t space, const std::vector<hsize_t>& dims, std::vector<hsize_t>& prefix, std::size_t level,
-                  hsize_t a, hsize_t b) {
+// A flat range [a, b) of a row-major array as at most 2 rank - 1 hyperslabs, in element order.
+// Each is transferred with a memory space of its own shape: HDF5 maps equal shapes chunk by chunk,
+// but walks a flat memory space against an n-D selection element by element.
+struct Slab {
+  std::vector<hsize_t> start, count;
+  hsize_t elements = 0;
+};
+
+void slabs_of(const std::vector<hsize_t>& dims, std::vector<hsize_t>& prefix, std::size_t level, hsize_t a, hsize_t b,
+              std::vector<Slab>& out) {
   if (a >= b) return;
   const std::size_t k = dims.size();
   auto slab           = [&](hsize_t first, hsize_t rows) {
-    std::vector<hsize_t> start(prefix.begin(), prefix.begin() + level), count(level, 1);
-    start.push_back(first);
-    count.push_back(rows);
-    for (std::size_t j = level + 1; j < k; ++j) start.push_back(0), count.push_back(dims[j]);
-    ok(H5Sselect_hyperslab(space, H5S_SELECT_OR, start.data(), nullptr, count.data(), nullptr),
-                 "cannot select a hyperslab");
+    Slab sl;
+    sl.start.assign(prefix.begin(), prefix.begin() + static_cast<std::ptrdiff_t>(level));
+    sl.count.assign(level, 1);
+    sl.start.push_back(first);
+    sl.count.push_back(rows);
+    for (std::size_t j = level + 1; j < k; ++j) sl.start.push_back(0), sl.count.push_back(dims[j]);
+    sl.elements = 1;
+    for (auto c : sl.count) sl.elements *= c;
+    out.push_back(std::move(sl));
   };
   if (level + 1 == k) return slab(a, b - a);
   hsize_t inner = 1;
@@ -350,47 +359,75 @@ void select_range(hid_t space, const std::vector<hsize_t>& dims, std::vector<hsi
   hsize_t r0 = a / inner;
   if (r0 == (b - 1) / inner) {
     prefix[level] = r0;
-    return select_range(space, dims, prefix, level + 1, a - r0 * inner, b - r0 * inner);
+    return slabs_of(dims, prefix, level + 1, a - r0 * inner, b - r0 * inner, out);
   }
   if (a % inner != 0) {
     prefix[level] = r0;
-    select_range(space, dims, prefix, level + 1, a % inner, inner);
+    slabs_of(dims, prefix, level + 1, a % inner, inner, out);
     ++r0;
   }
   if (b / inner > r0) slab(r0, b / inner - r0);
   if (b % inner != 0) {
     prefix[level] = b / inner;
-    select_range(space, dims, prefix, level + 1, 0, b % inner);
+    slabs_of(dims, prefix, level + 1, 0, b % inner, out);
   }
-}
-
-// A dataspace of dims with the flat elements [offset, offset + count) selected.
-Handle file_selection(hid_t dataset, std::int64_t offset, std::int64_t count, const std::string& where) {
-  Handle space(ok(H5Dget_space(dataset), "cannot read the shape of " + where), H5Sclose);
-  const int rank = H5Sget_simple_extent_ndims(space);
-  ok(rank, "cannot read the shape of " + where);
-  if (rank == 0 || count == 0) {
-    if (count == 0) ok(H5Sselect_none(space), "cannot select");
-    return space;
-  }
-  std::vector<hsize_t> dims(static_cast<std::size_t>(rank)), prefix(static_cast<std::size_t>(rank), 0);
-  H5Sget_simple_extent_dims(space, dims.data(), nullptr);
-  ok(H5Sselect_none(space), "cannot select");
-  select_range(space, dims, prefix, 0, static_cast<hsize_t>(offset), static_cast<hsize_t>(offset + count));
-  return space;
-}
-
-Handle memory_space(std::int64_t count) {
-  const hsize_t n = static_cast<hsize_t>(count);
-  Handle s(ok(H5Screate_simple(1, &n, nullptr), "cannot create a dataspace"), H5Sclose);
-  if (count == 0) ok(H5Sselect_none(s), "cannot select");
-  return s;
 }
 
 std::int64_t product(const std::vector<std::int64_t>& shape) {
   std::int64_t n = 1;
   for (auto e : shape) n *= e;
   return n;
+}
+
+// The transfers of the elements [offset, offset + count) of a dataset of this shape: empty for
+// none, one (start empty) for the whole dataset, else its slabs.
+std::vector<Slab> transfers_of(const std::vector<std::int64_t>& shape, std::int64_t offset, std::int64_t count) {
+  if (count <= 0) return {};
+  if (shape.empty() || (offset == 0 && count == product(shape))) return {Slab{}};
+  std::vector<hsize_t> dims(shape.begin(), shape.end()), prefix(shape.size(), 0);
+  std::vector<Slab> out;
+  slabs_of(dims, prefix, 0, static_cast<hsize_t>(offset), static_cast<hsize_t>(offset + count), out);
+  return out;
+}
+
+// Reads or writes the elements [offset, offset + count) of a dataset in `calls` transfers
+// (collective writes need the same number on every rank; the extra ones select nothing).
+void transfer(bool write, hid_t d, ScalarType dtype, const std::vector<std::int64_t>& shape, unsigned char* data,
+              std::int64_t offset, std::int64_t count, std::size_t calls, hid_t xfer, const std::string& what) {
+  const auto slabs       = transfers_of(shape, offset, count);
+  const std::size_t size = size_of(dtype);
+  unsigned char dummy    = 0;
+  hsize_t done           = 0;
+  calls                  = std::max(calls, slabs.size());
+  for (std::size_t i = 0; i < calls; ++i) {
+    herr_t r;
+    if (i < slabs.size() && slabs[i].start.empty()) {
+      r = write ? H5Dwrite(d, memory_type(dtype), H5S_ALL, H5S_ALL, xfer, data)
+                : H5Dread(d, memory_type(dtype), H5S_ALL, H5S_ALL, xfer, data);
+    } else {
+      Handle fs(ok(H5Dget_space(d), "cannot read the shape of " + what), H5Sclose);
+      Handle ms;
+      unsigned char* at = &dummy;
+      if (i < slabs.size()) {
+        const Slab& sl = slabs[i];
+        ok(H5Sselect_hyperslab(fs, H5S_SELECT_SET, sl.start.data(), nullptr, sl.count.data(), nullptr),
+           "cannot select in " + what);
+        ms = Handle(ok(H5Screate_simple(static_cast<int>(sl.count.size()), sl.count.data(), nullptr),
+                       "cannot create a dataspace"),
+                    H5Sclose);
+        at = data + done * size;
+        done += sl.elements;
+      } else {
+        ok(H5Sselect_none(fs), "cannot select");
+        const hsize_t one = 1;
+        ms                = Handle(ok(H5Screate_simple(1, &one, nullptr), "cannot create a dataspace"), H5Sclose);
+        ok(H5Sselect_none(ms), "cannot select");
+      }
+      r = write ? H5Dwrite(d, memory_type(dtype), ms, fs, xfer, at) : H5Dread(d, memory_type(dtype), ms, fs, xfer, at);
+    }
+    ok(r, std::string(write ? "cannot write " : "cannot read ") + what +
+              (write ? "" : " (a failed Fletcher32 checksum means the file is corrupted)"));
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -811,7 +848,6 @@ void save_checkpoint(const std::string& path, const Optimizer& opt, const SaveOp
     if (failure_after >= 0 && datasets++ == failure_after)
       throw Error(where + "injected failure after " + std::to_string(failure_after) + " datasets (test hook)");
   };
-  const unsigned char dummy = 0;  // HDF5 wants a buffer even where a rank writes nothing
   try {
     r.together([&] {
       Handle fapl(ok(H5Pcreate(H5P_FILE_ACCESS), "cannot create a property list"), H5Pclose);
@@ -880,14 +916,17 @@ void save_checkpoint(const std::string& path, const Optimizer& opt, const SaveOp
         group({"parameters", escape(p.name), "state"});
         if (!options.save_parameters) continue;
         // Every rank holds the values: each writes an equal share.
-        const std::int64_t n = p.param.size, lo = n * r.rank() / r.size(), hi = n * (r.rank() + 1) / r.size();
+        const std::int64_t n = p.param.size;
+        auto share           = [&](int k) { return n * k / r.size(); };
+        std::size_t calls    = 0;
+        for (int k = 0; k < r.size(); ++k)
+          calls = std::max(calls, transfers_of(p.param.shape, share(k), share(k + 1) - share(k)).size());
         Handle d = create_dataset(g, "value", p.param.dtype, p.param.shape, gname + "/value");
         count_dataset();
-        const auto bytes = parameter_bytes(p.param, lo, hi - lo);
-        Handle fs        = file_selection(d, lo, hi - lo, gname + "/value");
-        Handle ms        = memory_space(hi - lo);
-        ok(H5Dwrite(d, memory_type(p.param.dtype), ms, fs, xfer, bytes.empty() ? &dummy : bytes.data()),
-           where + "cannot write " + gname + "/value");
+        const std::int64_t lo = share(r.rank()), hi = share(r.rank() + 1);
+        auto bytes = parameter_bytes(p.param, lo, hi - lo);
+        transfer(true, d, p.param.dtype, p.param.shape, bytes.data(), lo, hi - lo, calls, xfer,
+                 where + gname + "/value");
       }
 
       // The state entries, in key order on every rank.
@@ -908,24 +947,16 @@ void save_checkpoint(const std::string& path, const Optimizer& opt, const SaveOp
         const std::string dname = gname + "/" + loc.second;
         Handle d                = create_dataset(g, loc.second, e.dtype, e.shape, dname);
         count_dataset();
-        const Part* mine = nullptr;
-        for (const auto& p : e.parts)
+        const Part* mine  = nullptr;
+        std::size_t calls = 0;
+        for (const auto& p : e.parts) {
           if (p.rank == r.rank()) mine = &p;
-        const StateTensor* t = mine ? &state.tensors.at(kv.first) : nullptr;
-        if (e.shape.empty()) {  // a scalar dataspace: written by its one part's rank
-          Handle fs(ok(H5Dget_space(d), "cannot read a dataspace"), H5Sclose);
-          if (!mine) ok(H5Sselect_none(fs), "cannot select");
-          Handle ms(ok(H5Screate(H5S_SCALAR), "cannot create a dataspace"), H5Sclose);
-          if (!mine) ok(H5Sselect_none(ms), "cannot select");
-          ok(H5Dwrite(d, memory_type(e.dtype), ms, fs, xfer, t ? t->data.data() : &dummy),
-             where + "cannot write " + dname);
-          continue;
+          calls = std::max(calls, transfers_of(e.shape, p.offset, p.count).size());
         }
-        const std::int64_t offset = mine ? mine->offset : 0, count = mine ? mine->count : 0;
-        Handle fs = file_selection(d, offset, count, dname);
-        Handle ms = memory_space(count);
-        ok(H5Dwrite(d, memory_type(e.dtype), ms, fs, xfer, t && count ? t->data.data() : &dummy),
-           where + "cannot write " + dname);
+        // (The tensor is only read; HDF5's write takes a non-const pointer.)
+        auto* data = mine ? const_cast<unsigned char*>(state.tensors.at(kv.first).data.data()) : nullptr;
+        transfer(true, d, e.dtype, e.shape, data, mine ? mine->offset : 0, mine ? mine->count : 0, calls, xfer,
+                 where + dname);
       }
       groups.clear();
       if (file.close() < 0) throw Error(where + "cannot close '" + tmp + "' (HDF5: " + hdf5_message() + ")");
@@ -1103,14 +1134,7 @@ LoadReport load_checkpoint(const std::string& path, Optimizer& opt, const LoadOp
             t.shape = shape;
           }
           t.data.resize(static_cast<std::size_t>(count) * size_of(t.dtype));
-          if (count > 0) {
-            Handle ms = memory_space(count);
-            Handle fs = rank == 0 ? Handle(ok(H5Dget_space(d), "cannot read a dataspace"), H5Sclose)
-                                        : file_selection(d, offset, count, mname);
-            if (rank == 0) ms = Handle(ok(H5Screate(H5S_SCALAR), "cannot create a dataspace"), H5Sclose);
-            ok(H5Dread(d, memory_type(t.dtype), ms, fs, H5P_DEFAULT, t.data.data()),
-                     where + "cannot read dataset " + mname + " (a failed Fletcher32 checksum means the file is corrupted)");
-          }
+          transfer(false, d, t.dtype, shape, t.data.data(), offset, count, 0, H5P_DEFAULT, where + "dataset " + mname);
           state.tensors[key] = std::move(t);
         }
       };

@@ -684,15 +684,9 @@ void ShampooBlocks<T>::export_tensors(OptimizerState& s) const {
     for (std::size_t j = 0; j < b.factors.size(); ++j) {
       const auto& f = b.factors[j];
       if (f.slot < 0) continue;
+      // The bank's slot is contiguous (slots x n x n, row-major): copied straight to the host.
       const auto& bank = banks_.at(f.n);
-      Vec<T> L(Kokkos::view_alloc(Kokkos::WithoutInitializing, "tmp"), f.n * f.n),
-          X(Kokkos::view_alloc(Kokkos::WithoutInitializing, "tmp"), f.n * f.n);
-      Kokkos::deep_copy(Kokkos::View<T***, Kokkos::LayoutRight, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
-                            L.data(), 1, f.n, f.n),
-                        Kokkos::subview(bank.L, std::make_pair(f.slot, f.slot + 1), Kokkos::ALL(), Kokkos::ALL()));
-      Kokkos::deep_copy(Kokkos::View<T***, Kokkos::LayoutRight, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
-                            X.data(), 1, f.n, f.n),
-                        Kokkos::subview(bank.X, std::make_pair(f.slot, f.slot + 1), Kokkos::ALL(), Kokkos::ALL()));
+      const Vec<T> L(bank.L.data() + f.slot * f.n * f.n, f.n * f.n), X(bank.X.data() + f.slot * f.n * f.n, f.n * f.n);
       put(k + "/factor" + std::to_string(j), L, {f.n, f.n});
       put(k + (o_.eigenvalue_corrected ? "/eigenvectors" : "/root") + std::to_string(j), X, {f.n, f.n});
     }

@@ -877,8 +877,13 @@ void save_checkpoint(const std::string& path, const Optimizer& opt, const SaveOp
       {
         const std::string& xml = opt.configuration();
         Handle t               = string_type(xml.size());
-        Handle space(ok(H5Screate(H5S_SCALAR), "cannot create a dataspace"), H5Sclose);
-        Handle d(ok(H5Dcreate2(file, "parameter_list", t, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+        // One string, as a 1-element dataset: chunked, so it carries the checksum too.
+        const hsize_t one = 1;
+        Handle space(ok(H5Screate_simple(1, &one, nullptr), "cannot create a dataspace"), H5Sclose);
+        Handle dcpl(ok(H5Pcreate(H5P_DATASET_CREATE), "cannot create a property list"), H5Pclose);
+        ok(H5Pset_chunk(dcpl, 1, &one), "cannot set the chunks of /parameter_list");
+        ok(H5Pset_fletcher32(dcpl), "cannot set the Fletcher32 filter of /parameter_list");
+        Handle d(ok(H5Dcreate2(file, "parameter_list", t, space, H5P_DEFAULT, dcpl, H5P_DEFAULT),
                     where + "cannot create dataset /parameter_list"),
                  H5Dclose);
         const std::string padded = xml.empty() ? std::string(1, '\0') : xml;

@@ -38,16 +38,10 @@ struct CheckpointModel {
   // The initial values: a fixed function of the position.
   void reset() {
     for (std::size_t i = 0; i < params.size(); ++i) {
-      const auto& t = params[i].param;
-      koptim::dispatch(t.dtype, [&](auto zero) {
-        using T      = decltype(zero);
-        const auto v = t.flat<T>();
-        const int id = static_cast<int>(i);
-        Kokkos::parallel_for(
-            "test::init", t.size, KOKKOS_LAMBDA(const std::int64_t k) {
-              v(k) = static_cast<T>(0.5 * koptim::Impl::kmath::sin(0.37 * k + 1.1 * id) + 0.05 * id);
-            });
-      });
+      if (params[i].param.dtype == koptim::ScalarType::float32)
+        init<float>(params[i].param, static_cast<int>(i));
+      else
+        init<double>(params[i].param, static_cast<int>(i));
     }
     Kokkos::fence();
   }
@@ -55,20 +49,32 @@ struct CheckpointModel {
   // g = 0.3 w + sin(...)(1 + 0.01 k): depends on the parameters and on the step.
   void gradients(int step) {
     for (std::size_t i = 0; i < params.size(); ++i) {
-      const auto& p = params[i];
-      koptim::dispatch(p.param.dtype, [&](auto zero) {
-        using T      = decltype(zero);
-        const auto w = p.param.flat<T>();
-        const auto g = p.grad.flat<T>();
-        const int id = static_cast<int>(i);
-        Kokkos::parallel_for(
-            "test::grad", p.param.size, KOKKOS_LAMBDA(const std::int64_t k) {
-              g(k) = static_cast<T>(0.3 * w(k) +
-                                    koptim::Impl::kmath::sin(0.7 * k + 1.3 * step + 0.1 * id) * (1.0 + 0.01 * k));
-            });
-      });
+      if (params[i].param.dtype == koptim::ScalarType::float32)
+        gradient<float>(params[i], static_cast<int>(i), step);
+      else
+        gradient<double>(params[i], static_cast<int>(i), step);
     }
     Kokkos::fence();
+  }
+
+  // Named templates, not generic lambdas: CUDA allows no device lambda inside a generic lambda.
+  template <class T>
+  static void init(const koptim::TensorRef& t, int id) {
+    const auto v = t.flat<T>();
+    Kokkos::parallel_for(
+        "test::init", t.size, KOKKOS_LAMBDA(const std::int64_t k) {
+          v(k) = static_cast<T>(0.5 * koptim::Impl::kmath::sin(0.37 * k + 1.1 * id) + 0.05 * id);
+        });
+  }
+  template <class T>
+  static void gradient(const koptim::Parameter& p, int id, int step) {
+    const auto w = p.param.flat<T>();
+    const auto g = p.grad.flat<T>();
+    Kokkos::parallel_for(
+        "test::grad", p.param.size, KOKKOS_LAMBDA(const std::int64_t k) {
+          g(k) =
+              static_cast<T>(0.3 * w(k) + koptim::Impl::kmath::sin(0.7 * k + 1.3 * step + 0.1 * id) * (1.0 + 0.01 * k));
+        });
   }
 
   // The parameters' bytes, in registration order.

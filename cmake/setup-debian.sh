@@ -9,6 +9,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   libopenblas-dev liblapacke-dev
   libgtest-dev libbenchmark-dev
+  gnuplot-nox
 )
 
 missing=()

@@ -20,7 +20,7 @@ using namespace koptim_example;
 const char* const usage =
     "usage: koptim_demo [options]\n"
     "  --task NAME          digits, burgers or all (default: all)\n"
-    "  --steps N            optimizer steps of every run (default: each task's; also the lr schedule's total_steps)\n"
+    "  --steps N            optimizer steps of every run (default: each task's; sets the schedules' total_steps, scales warmup)\n"
     "  --config FILE        train with this parameter list instead of the three default files (repeatable)\n"
     "  --seed N             seed of the initialization and the batches (default 1)\n"
     "  --output DIR         where the CSV curves and the plots go (default: the current directory)\n"

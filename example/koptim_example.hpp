@@ -704,14 +704,20 @@ class Trainer {
 // Configuration and output
 // ----------------------------------------------------------------------------------------------
 
-// Reads a parameter-list file and applies the command line's overrides: lr, and steps (which
-// also becomes lr_schedule/total_steps when the list has a schedule that decays to it).
+// Reads a parameter-list file and applies the command line's overrides: lr, and steps, which
+// becomes lr_schedule/total_steps when the list's schedule has one, its warmup_steps scaled by the
+// same factor (so a short smoke run keeps the schedule's shape).
 inline Teuchos::RCP<Teuchos::ParameterList> read_config(const std::string& path, double lr, int steps) {
   auto list = koptim::read_parameter_list(path);
   if (lr > 0) list->set("lr", lr);
   if (steps > 0 && list->isSublist("lr_schedule")) {
     auto& s = list->sublist("lr_schedule");
-    if (s.isParameter("total_steps")) s.set("total_steps", steps);
+    if (s.isParameter("total_steps")) {
+      const int total = s.get<int>("total_steps");
+      if (s.isParameter("warmup_steps") && total > 0)
+        s.set("warmup_steps", static_cast<int>(static_cast<long long>(s.get<int>("warmup_steps")) * steps / total));
+      s.set("total_steps", steps);
+    }
   }
   return list;
 }

@@ -1,5 +1,5 @@
 // Learns the solution operator of the viscous Burgers equation u_t + u u_x = 0.1 u_xx on
-// [0, 2 pi) (periodic): a multilayer perceptron (64-128-128-64, tanh) maps u(x, 0) to u(x, 1) on
+// [0, 2 pi) (periodic): a multilayer perceptron (64-256-256-64, tanh) maps u(x, 0) to u(x, 1) on
 // 64 points. The data come from the finite-difference solver of koptim_example.hpp (random
 // Fourier initial conditions); reports the mean squared error and the relative L2 test error.
 // Under mpiexec the ranks share every batch.
@@ -20,6 +20,6 @@ int main(int argc, char** argv) {
       return;
     }
     const Dataset data = make_burgers(2048, 512);
-    run_example(data, {64, 128, 128, 64}, o, "rel_l2_error");
+    run_example(data, burgers_layers, o, "rel_l2_error");
   });
 }

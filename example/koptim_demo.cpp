@@ -20,7 +20,8 @@ using namespace koptim_example;
 const char* const usage =
     "usage: koptim_demo [options]\n"
     "  --task NAME          digits, burgers or all (default: all)\n"
-    "  --steps N            optimizer steps of every run (default: each task's; sets the schedules' total_steps, scales warmup)\n"
+    "  --steps N            optimizer steps of every run (default: each task's; sets the schedules' total_steps, "
+    "scales warmup)\n"
     "  --config FILE        train with this parameter list instead of the three default files (repeatable)\n"
     "  --seed N             seed of the initialization and the batches (default 1)\n"
     "  --output DIR         where the CSV curves and the plots go (default: the current directory)\n"
@@ -160,10 +161,9 @@ void demo(int argc, char** argv) {
   std::printf("koptim %s (git %s), Kokkos %d, execution space %s\n", KOPTIM_VERSION_STRING, KOPTIM_GIT_HASH,
               KOKKOS_VERSION, Kokkos::DefaultExecutionSpace::name());
   std::vector<Task> tasks;
-  if (task_name != "burgers")
-    tasks.push_back({"digits", "accuracy", "test accuracy", {64, 128, 128, 10}, 1000, 64, 10});
+  if (task_name != "burgers") tasks.push_back({"digits", "accuracy", "test accuracy", digits_layers, 1000, 64, 10});
   if (task_name != "digits")
-    tasks.push_back({"burgers", "rel_l2_error", "test rel. L2 error", {64, 128, 128, 64}, 1000, 64, 10});
+    tasks.push_back({"burgers", "rel_l2_error", "test rel. L2 error", burgers_layers, 1000, 64, 10});
 
   std::vector<std::string> written;
   for (Task& task : tasks) {

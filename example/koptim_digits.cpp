@@ -1,4 +1,4 @@
-// Trains a multilayer perceptron (64-128-128-10, tanh) to classify the UCI optical handwritten
+// Trains a multilayer perceptron (64-256-256-10, tanh) to classify the UCI optical handwritten
 // digits with the koptim optimizer a parameter-list file describes; reports the training and test
 // cross-entropy and the test accuracy. Under mpiexec the ranks share every batch.
 //
@@ -19,6 +19,6 @@ int main(int argc, char** argv) {
       return;
     }
     const Dataset data = load_digits(o.data);
-    run_example(data, {64, 128, 128, 10}, o, "accuracy");
+    run_example(data, digits_layers, o, "accuracy");
   });
 }

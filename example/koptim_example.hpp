@@ -517,6 +517,10 @@ inline double metric_rows(LossKind kind, const Matrix& out, const Matrix& y) {
   return total / rows;
 }
 
+// The models of the two tasks (koptim_digits, koptim_burgers and koptim_demo train the same).
+inline const std::vector<int> digits_layers  = {64, 256, 256, 10};
+inline const std::vector<int> burgers_layers = {64, 256, 256, 64};
+
 // ----------------------------------------------------------------------------------------------
 // Training
 // ----------------------------------------------------------------------------------------------

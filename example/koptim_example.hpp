@@ -35,6 +35,12 @@
 #include <unistd.h>
 #include <vector>
 
+#if defined(__GNUC__)
+// OpenBLAS's thread count, when the program is linked with OpenBLAS (a weak reference: null with
+// another BLAS).
+extern "C" void openblas_set_num_threads(int) __attribute__((weak));
+#endif
+
 namespace koptim_example {
 
 #if KOKKOS_VERSION >= 30700
@@ -859,7 +865,13 @@ inline void run_example(const Dataset& data, const std::vector<int>& layers, con
 }
 
 // main() of an example: MPI and Kokkos around body; UsageError exits with 2, other errors with 1.
+// OpenBLAS runs on one thread unless OPENBLAS_NUM_THREADS says otherwise: the Kokkos execution
+// space and the MPI ranks own the cores, and BLAS results (Shampoo's factor products, the GEMMs)
+// then do not depend on the machine's core count, so a seed gives the same curves everywhere.
 inline int example_main(int argc, char** argv, const std::function<void()>& body) {
+#if defined(__GNUC__)
+  if (openblas_set_num_threads && !std::getenv("OPENBLAS_NUM_THREADS")) openblas_set_num_threads(1);
+#endif
   MPI_Init(&argc, &argv);
   Kokkos::initialize(argc, argv);
   int rc = 0;

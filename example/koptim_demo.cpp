@@ -100,7 +100,7 @@ bool plot(const Task& task, const std::vector<Run>& runs, const std::filesystem:
           "else { set terminal png size 1100,420 }\n"
        << "set output '" << task.name << ".png'\n"
        << "set multiplot layout 1,2 title '" << task.name << ": training loss on the full training set'\n"
-       << "set logscale y\nset grid\nset key top right\nset ylabel 'training loss'\n";
+       << "set logscale y\nset format y '%.0e'\nset grid\nset key top right\nset ylabel 'training loss'\n";
     const char* axes[2][2] = {{"1", "step"}, {"2", "wall time (s), evaluations excluded"}};
     for (const auto& axis : axes) {
       gp << "set xlabel '" << axis[1] << "'\nplot ";

@@ -311,7 +311,8 @@ inline Dataset make_burgers(int n_train, int n_test, std::uint64_t seed = 7) {
 // in generic lambdas.
 inline void bias_activation(const Matrix& z, const Vector& b, bool activate) {
   Kokkos::parallel_for(
-      "koptim_example::bias_activation", Kokkos::MDRangePolicy<Kokkos::Rank<2>>({0, 0}, {z.extent(0), z.extent(1)}),
+      "koptim_example::bias_activation",
+      Kokkos::MDRangePolicy<Kokkos::Rank<2>>({0, 0}, {static_cast<int>(z.extent(0)), static_cast<int>(z.extent(1))}),
       KOKKOS_LAMBDA(int i, int j) {
         const Scalar v = z(i, j) + b(j);
         z(i, j)        = activate ? kmath::tanh(v) : v;
@@ -321,7 +322,8 @@ inline void bias_activation(const Matrix& z, const Vector& b, bool activate) {
 // dz *= 1 - a^2 (the derivative of tanh at the layer's output a).
 inline void tanh_backward(const Matrix& dz, const Matrix& a) {
   Kokkos::parallel_for(
-      "koptim_example::tanh_backward", Kokkos::MDRangePolicy<Kokkos::Rank<2>>({0, 0}, {dz.extent(0), dz.extent(1)}),
+      "koptim_example::tanh_backward",
+      Kokkos::MDRangePolicy<Kokkos::Rank<2>>({0, 0}, {static_cast<int>(dz.extent(0)), static_cast<int>(dz.extent(1))}),
       KOKKOS_LAMBDA(int i, int j) { dz(i, j) *= Scalar(1) - a(i, j) * a(i, j); });
 }
 
@@ -347,7 +349,9 @@ void add_into(const View& dst, const View& src) {
 // dst(i, :) = src(rows(i), :)
 inline void gather_rows(const Matrix& src, const Index& rows, const Matrix& dst) {
   Kokkos::parallel_for(
-      "koptim_example::gather_rows", Kokkos::MDRangePolicy<Kokkos::Rank<2>>({0, 0}, {dst.extent(0), dst.extent(1)}),
+      "koptim_example::gather_rows",
+      Kokkos::MDRangePolicy<Kokkos::Rank<2>>({0, 0},
+                                             {static_cast<int>(dst.extent(0)), static_cast<int>(dst.extent(1))}),
       KOKKOS_LAMBDA(int i, int j) { dst(i, j) = src(rows(i), j); });
 }
 

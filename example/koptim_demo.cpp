@@ -78,8 +78,11 @@ void print_table(const Task& task, const std::vector<Run>& runs, std::int64_t pa
       std::snprintf(steps, sizeof steps, "not reached");
       std::snprintf(time, sizeof time, "-");
     } else {
-      std::snprintf(steps, sizeof steps, "%lld (%.2fx)", static_cast<long long>(reach.first),
-                    static_cast<double>(reach.first) / static_cast<double>(ref_steps));
+      if (ref_steps > 0)
+        std::snprintf(steps, sizeof steps, "%lld (%.2fx)", static_cast<long long>(reach.first),
+                      static_cast<double>(reach.first) / static_cast<double>(ref_steps));
+      else  // the reference never went below its starting loss
+        std::snprintf(steps, sizeof steps, "%lld", static_cast<long long>(reach.first));
       std::snprintf(time, sizeof time, "%.2f s", reach.second);
     }
     std::printf("| %s | %.4e | %.4e | %s | %s | %s | %.2f | %.2f |\n", r.optimizer.c_str(), e.train_loss, e.test_loss,

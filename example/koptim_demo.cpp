@@ -218,6 +218,4 @@ void demo(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  return koptim_example::example_main(argc, argv, [&] { demo(argc, argv); });
-}
+int main(int argc, char** argv) { return koptim_example::example_main(argc, argv, demo); }

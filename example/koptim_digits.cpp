@@ -8,7 +8,7 @@
 #include "koptim_example.hpp"
 
 int main(int argc, char** argv) {
-  return koptim_example::example_main(argc, argv, [&] {
+  return koptim_example::example_main(argc, argv, [](int argc, char** argv) {
     using namespace koptim_example;
     const std::string dir = KOPTIM_EXAMPLE_DIR;
     const ExampleOptions o =

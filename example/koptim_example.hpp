@@ -868,11 +868,12 @@ inline void run_example(const Dataset& data, const std::vector<int>& layers, con
   }
 }
 
-// main() of an example: MPI and Kokkos around body; UsageError exits with 2, other errors with 1.
+// main() of an example: MPI and Kokkos around body, which gets the arguments that Kokkos left;
+// UsageError exits with 2, other errors with 1.
 // OpenBLAS runs on one thread unless OPENBLAS_NUM_THREADS says otherwise: the Kokkos execution
 // space and the MPI ranks own the cores, and BLAS results (Shampoo's factor products, the GEMMs)
 // then do not depend on the machine's core count, so a seed gives the same curves everywhere.
-inline int example_main(int argc, char** argv, const std::function<void()>& body) {
+inline int example_main(int argc, char** argv, const std::function<void(int, char**)>& body) {
 #if defined(__GNUC__)
   if (openblas_set_num_threads && !std::getenv("OPENBLAS_NUM_THREADS")) openblas_set_num_threads(1);
 #endif
@@ -880,7 +881,7 @@ inline int example_main(int argc, char** argv, const std::function<void()>& body
   Kokkos::initialize(argc, argv);
   int rc = 0;
   try {
-    body();
+    body(argc, argv);  // without the --kokkos-* arguments, which Kokkos::initialize removed
   } catch (const UsageError& e) {
     std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
     rc = 2;

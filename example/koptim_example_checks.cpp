@@ -128,7 +128,7 @@ void check_gradient(LossKind kind) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return example_main(argc, argv, [] {
+  return example_main(argc, argv, [](int, char**) {
     check_heat();
     check_gradient(LossKind::cross_entropy);
     check_gradient(LossKind::mean_squared);

@@ -1,150 +1,221 @@
-// koptim's demo: fits a linear model Y = X W + b to data made from a known W*, b* with each
-// diagonal optimizer, configured from the parameter-list files in example/configs/, and prints
-// the loss and the distance to the known solution; then Shampoo and Gefen on the same problem.
+// koptim's demo: trains the two example models, the UCI digits classifier and the Burgers
+// solution operator, with AdamW, Shampoo and Gefen (each configured by its file in configs/),
+// showing a progress line per run; then prints a table per task (final losses, the test metric,
+// the steps and wall time each optimizer needs to reach AdamW's final training loss, ms per step,
+// optimizer state per parameter) and writes the curves as CSV and a PNG plot per task (gnuplot).
 //
-//   koptim_demo                      all optimizers, 300 steps each
-//   koptim_demo --config my.yaml     one optimizer from a file (.yaml, .yml or .xml)
-//   koptim_demo --steps 1000
-//   koptim_demo --print-parameters   the reference of every parameter-list key (Markdown)
-#include <koptim/koptim.hpp>
+//   koptim_demo                          both tasks, the three optimizers, files into .
+//   koptim_demo --output results         files into results/
+//   koptim_demo --task digits --steps 200
+//   koptim_demo --config my.yaml         one optimizer from a file (.yaml, .yml or .xml) on each task
+//   koptim_demo --print-parameters       the reference of every parameter-list key (Markdown)
+#include "koptim_example.hpp"
 
-#include <KokkosBlas3_gemm.hpp>
-#include <mpi.h>
-
-#include <cmath>
-#include <cstdio>
-#include <cstring>
-#include <iostream>
-#include <random>
-#include <string>
-#include <vector>
+#include <filesystem>
 
 namespace {
 
-using Matrix = Kokkos::View<double**, Kokkos::LayoutLeft>;
-using Vector = Kokkos::View<double*>;
+using namespace koptim_example;
 
-struct Problem {
-  int n = 512, d = 32, k = 8;
-  Matrix X, Y, W_true;
-  Vector b_true;
-  Problem() : X("X", 512, 32), Y("Y", 512, 8), W_true("W*", 32, 8), b_true("b*", 8) {
-    std::mt19937_64 rng(42);
-    std::normal_distribution<double> normal;
-    auto fill = [&](auto v) {
-      auto h = Kokkos::create_mirror_view(v);
-      for (std::size_t i = 0; i < h.span(); ++i) h.data()[i] = normal(rng);
-      Kokkos::deep_copy(v, h);
-    };
-    fill(X);
-    fill(W_true);
-    fill(b_true);
-    KokkosBlas::gemm("N", "N", 1.0, X, W_true, 0.0, Y);
-    const auto Y_ = Y;
-    const auto b  = b_true;
-    Kokkos::parallel_for(
-        "demo::bias", Kokkos::MDRangePolicy<Kokkos::Rank<2>>({0, 0}, {n, k}),
-        KOKKOS_LAMBDA(int i, int j) { Y_(i, j) += b(j); });
-  }
+const char* const usage =
+    "usage: koptim_demo [options]\n"
+    "  --task NAME          digits, burgers or all (default: all)\n"
+    "  --steps N            optimizer steps of every run (default: each task's; sets the schedules' total_steps, "
+    "scales warmup)\n"
+    "  --config FILE        train with this parameter list instead of the three default files (repeatable)\n"
+    "  --seed N             seed of the initialization and the batches (default 1)\n"
+    "  --output DIR         where the CSV curves and the plots go (default: the current directory)\n"
+    "  --quiet              no progress lines\n"
+    "  --print-parameters   prints the reference of every parameter-list key (Markdown) and exits\n"
+    "  --help               this text";
+
+struct Task {
+  std::string name, metric, metric_title;
+  std::vector<int> layers;
+  int steps = 0, batch = 0, eval_every = 0;
 };
 
-// loss = 0.5/n ||X W + b - Y||^2; writes dW = X^T R / n and db = sum_i R_i / n.
-double loss_and_gradient(const Problem& p, const Matrix& W, const Vector& b, const Matrix& dW, const Vector& db) {
-  Matrix R("R", p.n, p.k);
-  KokkosBlas::gemm("N", "N", 1.0, p.X, W, 0.0, R);
-  const auto Y = p.Y;
-  const int n = p.n, k = p.k;
-  double loss = 0;
-  Kokkos::parallel_reduce(
-      "demo::residual", Kokkos::MDRangePolicy<Kokkos::Rank<2>>({0, 0}, {n, k}),
-      KOKKOS_LAMBDA(int i, int j, double& l) {
-        R(i, j) += b(j) - Y(i, j);
-        l += 0.5 * R(i, j) * R(i, j) / n;
-      },
-      loss);
-  KokkosBlas::gemm("T", "N", 1.0 / n, p.X, R, 0.0, dW);
-  Kokkos::parallel_for(
-      "demo::bias_gradient", k, KOKKOS_LAMBDA(int j) {
-        double s = 0;
-        for (int i = 0; i < n; ++i) s += R(i, j);
-        db(j) = s / n;
-      });
-  return loss;
+struct Run {
+  std::string optimizer, file;
+  std::vector<EvalPoint> curve;
+  double ms_per_step = 0, bytes_per_parameter = 0;
+};
+
+std::string lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
 }
 
-double distance(const Matrix& W, const Matrix& W_true) {
-  auto a   = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), W);
-  auto b   = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), W_true);
-  double s = 0, t = 0;
-  for (std::size_t i = 0; i < a.extent(0); ++i)
-    for (std::size_t j = 0; j < a.extent(1); ++j) {
-      s += (a(i, j) - b(i, j)) * (a(i, j) - b(i, j));
-      t += b(i, j) * b(i, j);
+// The first evaluation at which the training loss is at most target: {step, wall seconds}, or
+// {-1, 0} when the run never gets there.
+std::pair<std::int64_t, double> first_reaching(const Run& r, double target) {
+  for (const auto& e : r.curve)
+    if (e.train_loss <= target) return {e.step, e.wall_s};
+  return {-1, 0.0};
+}
+
+void print_table(const Task& task, const std::vector<Run>& runs, std::int64_t parameters) {
+  const double target          = runs.front().curve.back().train_loss;
+  const std::int64_t ref_steps = first_reaching(runs.front(), target).first;
+  std::printf(
+      "\n%s: MLP %s, %lld parameters, batch %d, %d steps; steps and time to reach %s's final training loss "
+      "%.4e\n\n",
+      task.name.c_str(), Mlp(task.layers, 0).shape().c_str(), static_cast<long long>(parameters), task.batch,
+      task.steps, runs.front().optimizer.c_str(), target);
+  std::printf(
+      "| optimizer | train loss | test loss | %s | steps to %s's loss | time to %s's loss | ms/step | state "
+      "bytes/param |\n|---|---|---|---|---|---|---|---|\n",
+      task.metric_title.c_str(), runs.front().optimizer.c_str(), runs.front().optimizer.c_str());
+  for (const auto& r : runs) {
+    const EvalPoint& e = r.curve.back();
+    const auto reach   = first_reaching(r, target);
+    char metric[32], steps[48], time[32];
+    if (task.metric == "accuracy")
+      std::snprintf(metric, sizeof metric, "%.2f%%", 100.0 * e.test_metric);
+    else
+      std::snprintf(metric, sizeof metric, "%.4f", e.test_metric);
+    if (reach.first < 0) {
+      std::snprintf(steps, sizeof steps, "not reached");
+      std::snprintf(time, sizeof time, "-");
+    } else {
+      if (ref_steps > 0)
+        std::snprintf(steps, sizeof steps, "%lld (%.2fx)", static_cast<long long>(reach.first),
+                      static_cast<double>(reach.first) / static_cast<double>(ref_steps));
+      else  // the reference never went below its starting loss
+        std::snprintf(steps, sizeof steps, "%lld", static_cast<long long>(reach.first));
+      std::snprintf(time, sizeof time, "%.2f s", reach.second);
     }
-  return std::sqrt(s / t);
+    std::printf("| %s | %.4e | %.4e | %s | %s | %s | %.2f | %.2f |\n", r.optimizer.c_str(), e.train_loss, e.test_loss,
+                metric, steps, time, r.ms_per_step, r.bytes_per_parameter);
+  }
+  std::fflush(stdout);
 }
 
-void train(const Problem& p, const std::string& config, int steps) {
-  Matrix W("W", p.d, p.k), dW("dW", p.d, p.k);
-  Vector b("b", p.k), db("db", p.k);
-  koptim::ParameterSet params;
-  const int no_decay = params.add_group("no_decay", {std::nullopt, 0.0});
-  params.add("linear.weight", W, dW);
-  params.add("linear.bias", b, db, no_decay);
-  auto opt = koptim::create(params, *koptim::read_parameter_list(config));
-  std::printf("\n%s from %s\n", opt->name().c_str(), config.c_str());
-  std::printf("%8s %14s %12s %14s\n", "step", "loss", "lr", "|W-W*|/|W*|");
-  for (int s = 1; s <= steps; ++s) {
-    const double lr   = opt->lr();
-    const double loss = loss_and_gradient(p, W, b, dW, db);
-    opt->step();
-    if (s == 1 || s % (steps / 6) == 0 || s == steps)
-      std::printf("%8d %14.6e %12.4e %14.6e\n", s, loss, lr, distance(W, p.W_true));
+// Writes <task>.gp and runs gnuplot on it in dir; false when gnuplot is missing or fails.
+bool plot(const Task& task, const std::vector<Run>& runs, const std::filesystem::path& dir) {
+  const std::string script = task.name + ".gp";
+  {
+    std::ofstream gp(dir / script);
+    gp << "# " << task.name
+       << ": training loss (full training set) against step and wall time, written by koptim_demo\n"
+       << "set datafile separator ','\n"
+       << "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) { set terminal pngcairo size 1100,420 font ',10' } "
+          "else { set terminal png size 1100,420 }\n"
+       << "set output '" << task.name << ".png'\n"
+       << "set multiplot layout 1,2 title '" << task.name << ": training loss on the full training set'\n"
+       << "set logscale y\nset format y '%.0e'\nset grid\nset key top right\nset ylabel 'training loss'\n";
+    const char* axes[2][2] = {{"1", "step"}, {"2", "wall time (s), evaluations excluded"}};
+    for (const auto& axis : axes) {
+      gp << "set xlabel '" << axis[1] << "'\nplot ";
+      for (std::size_t i = 0; i < runs.size(); ++i)
+        gp << (i ? ", \\\n     " : "") << "'" << task.name << "_" << lower(runs[i].optimizer) << ".csv' using "
+           << axis[0] << ":3 with lines lw 2 title '" << runs[i].optimizer << "'";
+      gp << "\n";
+    }
+    gp << "unset multiplot\n";
   }
-  std::printf("%zu bytes of optimizer state for %lld parameters\n", opt->state_bytes(),
-              static_cast<long long>(params.num_elements()));
+  if (std::system("command -v gnuplot > /dev/null 2>&1") != 0) return false;
+  std::string quoted = "'";
+  for (char c : dir.string()) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  quoted += "'";
+  return std::system(("cd " + quoted + " && gnuplot " + script).c_str()) == 0;
+}
+
+void demo(int argc, char** argv) {
+  std::string task_name = "all", output = ".";
+  std::vector<std::string> configs;
+  int steps          = 0;
+  std::uint64_t seed = 1;
+  bool progress = true, print = false;
+  Arguments args(argc, argv);
+  while (args.next()) {
+    const std::string f = args.flag();
+    if (f == "--task") {
+      task_name = args.value();
+      if (task_name != "digits" && task_name != "burgers" && task_name != "all")
+        throw UsageError("--task expects digits, burgers or all, got '" + task_name + "'");
+    } else if (f == "--steps") {
+      steps = args.integer(1, 100000000);
+    } else if (f == "--config") {
+      configs.push_back(args.value());
+    } else if (f == "--seed") {
+      seed = args.integer(0, 1L << 40);
+    } else if (f == "--output") {
+      output = args.value();
+    } else if (f == "--quiet") {
+      progress = false;
+    } else if (f == "--print-parameters") {
+      print = true;
+    } else if (f == "--help") {
+      std::printf("%s\n", usage);
+      return;
+    } else {
+      args.unknown(usage);
+    }
+  }
+  if (print) {
+    koptim::print_parameter_reference(std::cout);
+    return;
+  }
+  const std::filesystem::path dir(output);
+  std::filesystem::create_directories(dir);
+
+  const std::string root = KOPTIM_EXAMPLE_DIR;
+  std::printf("koptim %s (git %s), Kokkos %d, execution space %s\n", KOPTIM_VERSION_STRING, KOPTIM_GIT_HASH,
+              KOKKOS_VERSION, Kokkos::DefaultExecutionSpace::name());
+  std::vector<Task> tasks;
+  if (task_name != "burgers") tasks.push_back({"digits", "accuracy", "test accuracy", digits_layers, 1000, 64, 10});
+  if (task_name != "digits")
+    tasks.push_back({"burgers", "rel_l2_error", "test rel. L2 error", burgers_layers, 1000, 64, 10});
+
+  std::vector<std::string> written;
+  for (Task& task : tasks) {
+    if (steps > 0) task.steps = steps;
+    task.eval_every    = std::max(1, std::min(task.eval_every, task.steps / 10));
+    const Dataset data = task.name == "digits" ? load_digits(root + "/data/digits.txt") : make_burgers(2048, 512);
+    std::printf("\n%s: %s\n", task.name.c_str(), data.description.c_str());
+    std::vector<std::string> files = configs;
+    if (files.empty())
+      for (const char* opt : {"adamw", "shampoo", "gefen"})
+        files.push_back(root + "/configs/" + task.name + "_" + opt + ".yaml");
+    std::vector<Run> runs;
+    std::int64_t parameters = 0;
+    for (const auto& file : files) {
+      auto config = read_config(file, 0.0, task.steps);
+      Mlp model(task.layers, seed);
+      parameters = model.num_parameters();
+      TrainSettings settings;
+      settings.steps      = task.steps;
+      settings.batch      = task.batch;
+      settings.eval_every = task.eval_every;
+      settings.seed       = seed;
+      settings.progress   = progress;
+      settings.label      = task.name + " " + config->get<std::string>("optimizer", "?");
+      Trainer trainer(data, model, *config, settings);
+      trainer.train();
+      Run r;
+      r.optimizer           = trainer.optimizer().name();
+      r.file                = file;
+      r.curve               = trainer.curve();
+      r.ms_per_step         = trainer.ms_per_step();
+      r.bytes_per_parameter = state_bytes_per_parameter(trainer.optimizer());
+      const auto csv        = dir / (task.name + "_" + lower(r.optimizer) + ".csv");
+      write_csv(csv.string(), r.curve, task.metric);
+      written.push_back(csv.string());
+      runs.push_back(std::move(r));
+    }
+    print_table(task, runs, parameters);
+    if (plot(task, runs, dir))
+      written.push_back((dir / (task.name + ".png")).string());
+    else
+      std::printf("(no plot: gnuplot is not installed or failed; %s holds the script)\n",
+                  (dir / (task.name + ".gp")).string().c_str());
+  }
+  std::printf("\nfiles written:");
+  for (const auto& f : written) std::printf(" %s", f.c_str());
+  std::printf("\n");
 }
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  Kokkos::initialize(argc, argv);
-  int rc = 0;
-  try {
-    std::vector<std::string> configs;
-    int steps  = 300;
-    bool print = false;
-    for (int i = 1; i < argc; ++i) {
-      if (!std::strcmp(argv[i], "--config") && i + 1 < argc) {
-        configs.push_back(argv[++i]);
-      } else if (!std::strcmp(argv[i], "--steps") && i + 1 < argc) {
-        steps = std::max(6, std::atoi(argv[++i]));
-      } else if (!std::strcmp(argv[i], "--print-parameters")) {
-        print = true;
-      } else {
-        throw std::runtime_error(std::string("unknown argument '") + argv[i] +
-                                 "'; allowed: --config FILE, --steps N, --print-parameters");
-      }
-    }
-    if (print) {
-      koptim::print_parameter_reference(std::cout);
-    } else {
-      if (configs.empty()) {
-        for (const char* f :
-             {"sgd.yaml", "adagrad.yaml", "rmsprop.yaml", "adam.yaml", "adamw.xml", "shampoo.yaml", "gefen.yaml"})
-          configs.push_back(std::string(KOPTIM_EXAMPLE_CONFIG_DIR) + "/" + f);
-      }
-      std::printf("koptim %s (Kokkos %d, execution space %s): fitting Y = X W + b, X 512x32, W 32x8\n",
-                  KOPTIM_VERSION_STRING, KOKKOS_VERSION, Kokkos::DefaultExecutionSpace::name());
-      Problem p;
-      for (const auto& c : configs) train(p, c, steps);
-    }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "koptim_demo: %s\n", e.what());
-    rc = 1;
-  }
-  Kokkos::finalize();
-  MPI_Finalize();
-  return rc;
-}
+int main(int argc, char** argv) { return koptim_example::example_main(argc, argv, demo); }

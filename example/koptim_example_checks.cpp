@@ -1,0 +1,137 @@
+// Checks of what the examples compute, against independent references (run by ctest):
+// - the finite-difference solver against the closed-form heat-equation solution
+//   u(x, t) = exp(-nu k^2 t) sin(k x) (the solver with c = 0), and Burgers' shock-free decay of
+//   the mean (it conserves the integral of u);
+// - the MLP's backward pass against central finite differences of its loss, for both losses.
+#include "koptim_example.hpp"
+
+namespace {
+
+using namespace koptim_example;
+
+int failures = 0;
+
+void expect(bool ok, const std::string& what) {
+  std::printf("%s: %s\n", ok ? "ok" : "FAILED", what.c_str());
+  if (!ok) ++failures;
+}
+
+void check_heat() {
+  for (int k : {1, 3}) {
+    Burgers eq;
+    eq.c        = 0.0;
+    eq.nu       = 0.1;
+    eq.t_end    = 1.0;
+    const int m = 128;
+    Kokkos::View<double**, Kokkos::LayoutRight> u("u", 2, m);
+    auto h = Kokkos::create_mirror_view(u);
+    for (int j = 0; j < m; ++j) h(0, j) = h(1, j) = std::sin(k * 2.0 * M_PI * j / m);
+    Kokkos::deep_copy(u, h);
+    solve_burgers(eq, u, 1.0);
+    Kokkos::deep_copy(h, u);
+    double err = 0, norm = 0;
+    for (int j = 0; j < m; ++j) {
+      const double exact = std::exp(-eq.nu * k * k * eq.t_end) * std::sin(k * 2.0 * M_PI * j / m);
+      err += (h(0, j) - exact) * (h(0, j) - exact);
+      norm += exact * exact;
+    }
+    // Central differences damp sin(kx) at the rate nu (2 - 2 cos(k dx)) / dx^2 = nu k^2 (1 - k^2 dx^2 / 12 + ...),
+    // so the relative error is about nu k^4 dx^2 t / 12 (time stepping adds far less): the error
+    // must be that leading term, which also shows the second order.
+    const double rel  = std::sqrt(err / norm);
+    const double dx   = 2.0 * M_PI / m;
+    const double lead = eq.nu * std::pow(k, 4) * dx * dx * eq.t_end / 12.0;
+    char what[200];
+    std::snprintf(what, sizeof what,
+                  "heat equation, sin(%dx), 128 points: relative L2 error %.3e against the closed form, "
+                  "%.3e predicted by the truncation error",
+                  k, rel, lead);
+    expect(std::abs(rel / lead - 1.0) < 0.05, what);
+  }
+  // Burgers conserves the mean of u (periodic, conservative flux).
+  std::vector<float> x, y;
+  burgers_samples(Burgers(), 4, 3, x, y);
+  double worst = 0;
+  for (int i = 0; i < 4; ++i) {
+    double mx = 0, my = 0;
+    for (int j = 0; j < 64; ++j) {
+      mx += x[i * 64 + j];
+      my += y[i * 64 + j];
+    }
+    worst = std::max(worst, std::abs(mx - my) / 64);
+  }
+  expect(worst < 1e-5, "Burgers conserves the mean of u (largest change " + std::to_string(worst) + ")");
+}
+
+// Loss of the model on fixed rows, in double.
+double loss_of(Mlp& model, Mlp::Workspace& ws, LossKind kind, const Matrix& y) {
+  return loss_rows(kind, model.forward(ws), y, Matrix(), 0.0) / y.extent(0);
+}
+
+void check_gradient(LossKind kind) {
+  const int rows = 8, out = kind == LossKind::cross_entropy ? 5 : 4;
+  Mlp model({6, 7, 5, out}, 11);
+  Random rng(5);
+  auto ws = model.workspace(rows);
+  Matrix y("y", rows, out);
+  auto hx = Kokkos::create_mirror_view(ws.a[0]);
+  auto hy = Kokkos::create_mirror_view(y);
+  for (int i = 0; i < rows; ++i) {
+    for (int j = 0; j < 6; ++j) hx(i, j) = static_cast<Scalar>(rng.normal());
+    for (int j = 0; j < out; ++j)
+      hy(i, j) = kind == LossKind::cross_entropy ? (j == i % out ? 1.0f : 0.0f) : static_cast<Scalar>(rng.normal());
+  }
+  Kokkos::deep_copy(ws.a[0], hx);
+  Kokkos::deep_copy(y, hy);
+  // Gradient of the mean loss, in two chunks of 4 rows accumulated as the trainer does.
+  auto half = model.workspace(rows / 2);
+  for (int c = 0; c < 2; ++c) {
+    Kokkos::deep_copy(half.a[0], Kokkos::subview(ws.a[0], std::make_pair(4 * c, 4 * c + 4), Kokkos::ALL()));
+    Matrix yc("yc", rows / 2, out);
+    Kokkos::deep_copy(yc, Kokkos::subview(y, std::make_pair(4 * c, 4 * c + 4), Kokkos::ALL()));
+    loss_rows(kind, model.forward(half), yc, half.dz.back(), 1.0 / rows);
+    model.backward(half, c > 0);
+  }
+  // Every parameter entry against a central difference of the loss (float parameters: h = 1e-2
+  // balances truncation, about h^2, against rounding, about 1e-7 / h).
+  double worst = 0;
+  int checked  = 0;
+  auto check   = [&](auto param, auto grad) {
+    auto hp = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), param);
+    auto hg = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), grad);
+    for (std::size_t i = 0; i < hp.size(); ++i) {
+      const Scalar saved = hp.data()[i];
+      const double h     = 1e-2;
+      hp.data()[i]       = saved + static_cast<Scalar>(h);
+      Kokkos::deep_copy(param, hp);
+      const double plus = loss_of(model, ws, kind, y);
+      hp.data()[i]      = saved - static_cast<Scalar>(h);
+      Kokkos::deep_copy(param, hp);
+      const double minus = loss_of(model, ws, kind, y);
+      hp.data()[i]       = saved;
+      Kokkos::deep_copy(param, hp);
+      const double fd = (plus - minus) / (2 * h);
+      worst           = std::max(worst, std::abs(fd - hg.data()[i]) / (std::abs(fd) + 1e-2));
+      ++checked;
+    }
+  };
+  for (int l = 0; l < model.layers(); ++l) {
+    check(model.W[l], model.dW[l]);
+    check(model.b[l], model.db[l]);
+  }
+  char what[200];
+  std::snprintf(what, sizeof what, "MLP gradient (%s) against central differences: %d entries, largest error %.2e",
+                kind == LossKind::cross_entropy ? "cross-entropy" : "mean squared", checked, worst);
+  expect(worst < 1e-2, what);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return example_main(argc, argv, [](int, char**) {
+    check_heat();
+    check_gradient(LossKind::cross_entropy);
+    check_gradient(LossKind::mean_squared);
+    if (failures) throw std::runtime_error(std::to_string(failures) + " check(s) failed");
+  });
+}

@@ -8,6 +8,8 @@
 //   koptim_demo --output results         files into results/
 //   koptim_demo --task digits --steps 200
 //   koptim_demo --config my.yaml         one optimizer from a file (.yaml, .yml or .xml) on each task
+//   koptim_demo --checkpoint-every 100   checkpoints of every run; after an interruption,
+//   koptim_demo --restart .              continues each run where its checkpoint left it
 //   koptim_demo --print-parameters       the reference of every parameter-list key (Markdown)
 #include "koptim_example.hpp"
 
@@ -25,6 +27,8 @@ const char* const usage =
     "  --config FILE        train with this parameter list instead of the three default files (repeatable)\n"
     "  --seed N             seed of the initialization and the batches (default 1)\n"
     "  --output DIR         where the CSV curves and the plots go (default: the current directory)\n"
+    "  --checkpoint-every N saves each run every N steps to <output>/<task>_<optimizer>.h5\n"
+    "  --restart DIR        continues each run from DIR/<task>_<optimizer>.h5 where that file exists\n"
     "  --quiet              no progress lines\n"
     "  --print-parameters   prints the reference of every parameter-list key (Markdown) and exits\n"
     "  --help               this text";
@@ -122,7 +126,8 @@ bool plot(const Task& task, const std::vector<Run>& runs, const std::filesystem:
 }
 
 void demo(int argc, char** argv) {
-  std::string task_name = "all", output = ".";
+  std::string task_name = "all", output = ".", restart;
+  int checkpoint_every = 0;
   std::vector<std::string> configs;
   int steps          = 0;
   std::uint64_t seed = 1;
@@ -142,6 +147,10 @@ void demo(int argc, char** argv) {
       seed = args.integer(0, 1L << 40);
     } else if (f == "--output") {
       output = args.value();
+    } else if (f == "--checkpoint-every") {
+      checkpoint_every = args.integer(1, 100000000);
+    } else if (f == "--restart") {
+      restart = args.value();
     } else if (f == "--quiet") {
       progress = false;
     } else if (f == "--print-parameters") {
@@ -192,7 +201,16 @@ void demo(int argc, char** argv) {
       settings.progress   = progress;
       settings.label      = task.name + " " + config->get<std::string>("optimizer", "?");
       Trainer trainer(data, model, *config, settings);
-      trainer.train();
+      const std::string checkpoint = task.name + "_" + lower(trainer.optimizer().name()) + ".h5";
+      if (!restart.empty() && std::filesystem::exists(std::filesystem::path(restart) / checkpoint)) {
+        trainer.restore((std::filesystem::path(restart) / checkpoint).string());
+        std::printf("%s: restarted at step %lld\n", settings.label.c_str(),
+                    static_cast<long long>(trainer.optimizer().step_count()));
+      }
+      trainer.train([&](std::int64_t step) {
+        if (checkpoint_every > 0 && step % checkpoint_every == 0) trainer.save((dir / checkpoint).string());
+      });
+      if (checkpoint_every > 0) written.push_back((dir / checkpoint).string());
       Run r;
       r.optimizer           = trainer.optimizer().name();
       r.file                = file;

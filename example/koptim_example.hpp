@@ -671,6 +671,46 @@ class Trainer {
     return loss / settings_.batch;
   }
 
+  // Checkpoints: the parameters, the optimizer's state and what the run needs to continue
+  // exactly (the seed that orders the batches, the timed wall time, the curve so far). Every rank
+  // calls them; the file is written once, by all ranks together.
+  void save(const std::string& path) const {
+    koptim::io::SaveOptions o;
+    o.comm                             = comm_;
+    o.metadata.integers["seed"]        = static_cast<std::int64_t>(settings_.seed);
+    o.metadata.integers["shards"]      = settings_.shards;
+    o.metadata.integers["batch"]       = settings_.batch;
+    o.metadata.integers["steps_timed"] = steps_timed_;
+    o.metadata.reals["wall_s"]         = wall_s_;
+    o.metadata.strings["curve"]        = curve_text();
+    koptim::io::save_checkpoint(path, *optimizer_, o);
+  }
+  // Continues a run from a checkpoint of the same example, seed, batch and shards (the batch
+  // order and the summation order depend on them); anything else is refused.
+  void restore(const std::string& path) {
+    // The run's own values first: a checkpoint of another run is refused with nothing changed.
+    const auto m = koptim::io::read_checkpoint_metadata(path);
+    auto expect  = [&](const char* key, std::int64_t want) {
+      auto it = m.integers.find(key);
+      if (it == m.integers.end() || it->second != want)
+        throw UsageError("the checkpoint '" + path + "' was written with " + key + " " +
+                          (it == m.integers.end() ? std::string("(none)") : std::to_string(it->second)) +
+                          ", this run has " + std::to_string(want));
+    };
+    expect("seed", static_cast<std::int64_t>(settings_.seed));
+    expect("batch", settings_.batch);
+    expect("shards", settings_.shards);
+    if (!m.reals.count("wall_s") || !m.integers.count("steps_timed") || !m.strings.count("curve"))
+      throw UsageError("the checkpoint '" + path + "' was not written by a koptim example");
+    const auto curve = parse_curve(m.strings.at("curve"));
+    koptim::io::LoadOptions lo;
+    lo.comm = comm_;
+    koptim::io::load_checkpoint(path, *optimizer_, lo);
+    wall_s_      = m.reals.at("wall_s");
+    steps_timed_ = m.integers.at("steps_timed");
+    curve_       = curve;
+  }
+
   // Trains until the optimizer has taken settings.steps steps, evaluating at step 0 (when it is
   // the start), every eval_every steps and at the end. after_step(step) runs after every step
   // (outside the timed region): the place for checkpoints.
@@ -695,6 +735,34 @@ class Trainer {
   }
 
  private:
+  // The curve as text ("step wall_s train_loss test_loss metric" per line, reals in hexadecimal
+  // so that they come back exactly), for the checkpoint's metadata.
+  std::string curve_text() const {
+    std::string s;
+    char line[200];
+    for (const auto& e : curve_) {
+      std::snprintf(line, sizeof line, "%lld %a %a %a %a\n", static_cast<long long>(e.step), e.wall_s, e.train_loss,
+                    e.test_loss, e.test_metric);
+      s += line;
+    }
+    return s;
+  }
+  static std::vector<EvalPoint> parse_curve(const std::string& text) {
+    std::vector<EvalPoint> curve;
+    std::istringstream in(text);
+    std::string line;
+    while (std::getline(in, line)) {
+      EvalPoint e;
+      long long step = 0;
+      if (std::sscanf(line.c_str(), "%lld %la %la %la %la", &step, &e.wall_s, &e.train_loss, &e.test_loss,
+                      &e.test_metric) != 5)
+        throw UsageError("the checkpoint's curve has a line that is not 'step wall_s train test metric': " + line);
+      e.step = step;
+      curve.push_back(e);
+    }
+    return curve;
+  }
+
   const Dataset& data_;
   Mlp& model_;
   TrainSettings settings_;
@@ -764,7 +832,9 @@ inline double state_bytes_per_parameter(const koptim::Optimizer& opt) {
 
 struct ExampleOptions {
   std::string config, data, csv;
-  double lr = 0;  // 0: the file's
+  std::string checkpoint = "checkpoint.h5", restart;
+  int checkpoint_every   = 0;
+  double lr              = 0;  // 0: the file's
   TrainSettings train;
   bool help = false;
 };
@@ -780,7 +850,10 @@ inline std::string example_usage(const std::string& program, bool has_data) {
          "  --seed N           seed of the initialization and the batches\n"
          "  --lr X             replaces the file's lr\n"
          "  --eval-every N     steps between evaluations on the full train and test sets\n"
-         "  --csv FILE         writes the evaluations (step, wall_s, train_loss, test_loss, metric)\n" +
+         "  --csv FILE         writes the evaluations (step, wall_s, train_loss, test_loss, metric)\n"
+         "  --checkpoint-every N  saves a checkpoint (parameters, optimizer, run) every N steps\n"
+         "  --checkpoint FILE  where --checkpoint-every writes (default: checkpoint.h5)\n"
+         "  --restart FILE     continues the run saved in FILE (same config, seed, batch, shards)\n" +
          std::string(has_data ? "  --data FILE        the digits file (default: example/data/digits.txt)\n" : "") +
          "  --quiet            no progress line\n"
          "  --help             this text\n"
@@ -815,6 +888,12 @@ inline ExampleOptions parse_example_options(int argc, char** argv, const std::st
       o.train.eval_every = args.integer(1, 100000000);
     else if (f == "--csv")
       o.csv = args.value();
+    else if (f == "--checkpoint-every")
+      o.checkpoint_every = args.integer(1, 100000000);
+    else if (f == "--checkpoint")
+      o.checkpoint = args.value();
+    else if (f == "--restart")
+      o.restart = args.value();
     else if (f == "--data" && has_data)
       o.data = args.value();
     else if (f == "--quiet")
@@ -849,7 +928,15 @@ inline void run_example(const Dataset& data, const std::vector<int>& layers, con
                 ranks, ranks > 1 ? "s" : "", settings.steps);
     std::fflush(stdout);
   }
-  trainer.train();
+  if (!o.restart.empty()) {
+    trainer.restore(o.restart);
+    if (root)
+      std::printf("restarted from %s at step %lld\n", o.restart.c_str(),
+                  static_cast<long long>(trainer.optimizer().step_count()));
+  }
+  trainer.train([&](std::int64_t step) {
+    if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0) trainer.save(o.checkpoint);
+  });
   const EvalPoint& e = trainer.curve().back();
   // State bytes summed over the ranks (sharded state is spread over them).
   unsigned long long bytes = trainer.optimizer().state_bytes(), total = 0;

@@ -49,6 +49,9 @@ void save_checkpoint(const std::string&, const Optimizer&, const SaveOptions&) {
 LoadReport load_checkpoint(const std::string&, Optimizer&, const LoadOptions&) {
   throw ConfigError("koptim::io::load_checkpoint: koptim was built without HDF5 (koptim_ENABLE_HDF5)");
 }
+Metadata read_checkpoint_metadata(const std::string&) {
+  throw ConfigError("koptim::io::read_checkpoint_metadata: koptim was built without HDF5 (koptim_ENABLE_HDF5)");
+}
 
 #else
 
@@ -816,7 +819,61 @@ std::string directory_of(const std::string& p) {
   return s == 0 ? "/" : p.substr(0, s);
 }
 
+// Opens a koptim checkpoint read-only, on this rank alone (no collective call: an error on one
+// rank cannot leave another waiting), after checking that it is one and that its format is one
+// this koptim reads.
+Handle open_checkpoint(const std::string& path, const std::string& where) {
+  if (FILE* f = std::fopen(path.c_str(), "rb")) {
+    std::fclose(f);
+  } else {
+    throw Error(where + "cannot open the file: " + std::strerror(errno));
+  }
+  if (H5Fis_hdf5(path.c_str()) <= 0) throw Error(where + "the file is not an HDF5 file (or is truncated or damaged)");
+  // Every rank reads on its own (read-only, no collective calls): an error on one rank cannot
+  // leave another waiting.
+  Handle file(ok(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT),
+                 where + "cannot open the file as HDF5 (truncated or damaged?)"),
+              H5Fclose);
+  const std::string damaged = " (not a koptim checkpoint, or damaged)";
+  auto root                 = [&](const char* name) { return read_attribute(file, name, "the file"); };
+  const auto fmt            = root("format");
+  if (fmt.kind != Attribute::string || fmt.s != format_name)
+    throw Error(where + "the file is not a koptim checkpoint (no attribute format = \"" + format_name + "\")");
+  const auto version = root("format_version");
+  if (version.kind != Attribute::integer) throw Error(where + "attribute format_version is missing" + damaged);
+  if (version.i > checkpoint_format_version || version.i < 1)
+    throw Error(where + "the checkpoint has format version " + std::to_string(version.i) + "; this koptim (" +
+                KOPTIM_VERSION_STRING + ") reads versions 1 to " + std::to_string(checkpoint_format_version) +
+                (version.i > checkpoint_format_version ? " (written by a newer koptim)" : ""));
+  return file;
+}
+
+Metadata read_metadata(hid_t file, const std::string& where) {
+  Metadata m;
+  Handle meta(ok(H5Gopen2(file, "metadata", H5P_DEFAULT), where + "cannot open /metadata (damaged?)"), H5Gclose);
+  for (const auto& n : attribute_names(meta, "/metadata")) {
+    const auto a = read_attribute(meta, n, "/metadata");
+    if (a.kind == Attribute::integer)
+      m.integers[n] = a.i;
+    else if (a.kind == Attribute::real)
+      m.reals[n] = a.r;
+    else if (a.kind == Attribute::string)
+      m.strings[n] = a.s;
+    else
+      throw Error(where + "metadata attribute '" + n + "' has a type koptim does not write");
+  }
+  return m;
+}
+
 }  // namespace
+
+Metadata read_checkpoint_metadata(const std::string& path) {
+  koptim::Impl::ScopedRegion region("koptim::io::read_checkpoint_metadata");
+  QuietHdf5 quiet;
+  const std::string where = "koptim::io::read_checkpoint_metadata('" + path + "'): ";
+  Handle file             = open_checkpoint(path, where);
+  return read_metadata(file, where);
+}
 
 // =============================================================================================
 
@@ -997,28 +1054,9 @@ LoadReport load_checkpoint(const std::string& path, Optimizer& opt, const LoadOp
   const bool same_path = !r.parallel() || r.comm->same_on_all_ranks(path);
   r.together([&] {
     if (!same_path) throw ConfigError(where + "the ranks name different files; every rank must pass the same path");
-    if (FILE* f = std::fopen(path.c_str(), "rb")) {
-      std::fclose(f);
-    } else {
-      throw Error(where + "cannot open the file: " + std::strerror(errno));
-    }
-    if (H5Fis_hdf5(path.c_str()) <= 0) throw Error(where + "the file is not an HDF5 file (or is truncated or damaged)");
-    // Every rank reads on its own (read-only, no collective calls): an error on one rank cannot
-    // leave another waiting.
-    Handle file(ok(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT),
-                   where + "cannot open the file as HDF5 (truncated or damaged?)"),
-                H5Fclose);
+    Handle file               = open_checkpoint(path, where);
     const std::string damaged = " (not a koptim checkpoint, or damaged)";
     auto root                 = [&](const char* name) { return read_attribute(file, name, "the file"); };
-    const auto fmt            = root("format");
-    if (fmt.kind != Attribute::string || fmt.s != format_name)
-      throw Error(where + "the file is not a koptim checkpoint (no attribute format = \"" + format_name + "\")");
-    const auto version = root("format_version");
-    if (version.kind != Attribute::integer) throw Error(where + "attribute format_version is missing" + damaged);
-    if (version.i > checkpoint_format_version || version.i < 1)
-      throw Error(where + "the checkpoint has format version " + std::to_string(version.i) + "; this koptim (" +
-                  KOPTIM_VERSION_STRING + ") reads versions 1 to " + std::to_string(checkpoint_format_version) +
-                  (version.i > checkpoint_format_version ? " (written by a newer koptim)" : ""));
     const auto name = root("optimizer"), nranks = root("num_ranks"), kv = root("koptim_version"),
                has_values = root("has_parameter_values");
     if (name.kind != Attribute::string || nranks.kind != Attribute::integer || kv.kind != Attribute::string ||
@@ -1041,20 +1079,7 @@ LoadReport load_checkpoint(const std::string& path, Optimizer& opt, const LoadOp
       ok(H5Dread(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, &saved_xml[0]), where + "cannot read /parameter_list");
       saved_xml.erase(std::find(saved_xml.begin(), saved_xml.end(), '\0'), saved_xml.end());
     }
-    {
-      Handle meta(ok(H5Gopen2(file, "metadata", H5P_DEFAULT), where + "cannot open /metadata" + damaged), H5Gclose);
-      for (const auto& n : attribute_names(meta, "/metadata")) {
-        const auto a = read_attribute(meta, n, "/metadata");
-        if (a.kind == Attribute::integer)
-          report.metadata.integers[n] = a.i;
-        else if (a.kind == Attribute::real)
-          report.metadata.reals[n] = a.r;
-        else if (a.kind == Attribute::string)
-          report.metadata.strings[n] = a.s;
-        else
-          throw Error(where + "metadata attribute '" + n + "' has a type koptim does not write" + damaged);
-      }
-    }
+    report.metadata = read_metadata(file, where);
 
     // The parameters: the same names, scalar types, shapes and layouts.
     Handle params(ok(H5Gopen2(file, "parameters", H5P_DEFAULT), where + "cannot open /parameters" + damaged), H5Gclose);

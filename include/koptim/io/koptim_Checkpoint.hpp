@@ -96,6 +96,11 @@ void save_checkpoint(const std::string& path, const Optimizer& opt, const SaveOp
 // structure (the message names the keys and both values), ranks that name different files.
 LoadReport load_checkpoint(const std::string& path, Optimizer& opt, const LoadOptions& options = {});
 
+// The metadata of a checkpoint alone (for example to check that it belongs to this run before
+// loading it), read by the calling process only. Throws koptim::Error for a file that is not a
+// readable koptim checkpoint.
+Metadata read_checkpoint_metadata(const std::string& path);
+
 namespace Impl {
 // Test hook: the next save fails (on every rank, as a disk error would) after writing this many
 // datasets; negative: never. Reset after it fires.

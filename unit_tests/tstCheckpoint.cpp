@@ -88,6 +88,7 @@ TEST(Checkpoint, RoundTripRestoresStateParametersAndMetadata) {
   auto other        = koptim::create(b.params, l, world());
   const auto report = koptim::io::load_checkpoint(path, *other, load_options());
   EXPECT_TRUE(report.metadata == o.metadata);
+  EXPECT_TRUE(koptim::io::read_checkpoint_metadata(path) == o.metadata);
   EXPECT_TRUE(report.parameters_loaded);
   EXPECT_EQ(report.step, 5);
   EXPECT_EQ(report.written_on_ranks, world()->size());
@@ -133,6 +134,7 @@ TEST(Checkpoint, RefusesBadFilesAndChangesNothing) {
   auto opt = make(m, "AdamW", 2);  // a state that is not the file's
 
   expect_refused(file("missing"), *opt, m, {"missing", "cannot open the file"});
+  expect_error([&] { koptim::io::read_checkpoint_metadata(file("missing")); }, {"cannot open the file"});
 
   const std::string text = file("text");
   write_all(text, "<ParameterList name=\"koptim\"/>\n");

@@ -205,6 +205,16 @@ TEST(Checkpoint, RefusesBadFilesAndChangesNothing) {
   expect_refused(world()->rank() == 0 && world()->size() > 1 ? good : file("elsewhere"), *opt, m,
                  {world()->size() > 1 ? "the ranks name different files" : "cannot open the file"});
 
+  // Ranks that pass different options to a save: refused on every rank, nothing written.
+  if (world()->size() > 1) {
+    auto o                       = save_options();
+    o.metadata.integers["epoch"] = world()->rank();
+    const std::string other      = file("disagree");
+    expect_error<koptim::ConfigError>([&] { koptim::io::save_checkpoint(other, *opt, o); },
+                                      {"the ranks pass different options"});
+    EXPECT_FALSE(std::ifstream(other).good());
+  }
+
   // Loading the good file still works after all that.
   koptim::io::load_checkpoint(good, *opt, load_options());
   EXPECT_TRUE(saved->export_state() == opt->export_state());

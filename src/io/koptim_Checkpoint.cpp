@@ -767,6 +767,28 @@ std::vector<std::string> configuration_changes(const std::string& saved, const s
   return out;
 }
 
+// The save options as bytes, to check that every rank passes the same.
+std::string options_text(const SaveOptions& o) {
+  Out out;
+  out.u64(o.save_parameters ? 1 : 0);
+  out.u64(o.metadata.integers.size());
+  for (const auto& kv : o.metadata.integers) {
+    out.str(kv.first);
+    out.u64(static_cast<std::uint64_t>(kv.second));
+  }
+  out.u64(o.metadata.reals.size());
+  for (const auto& kv : o.metadata.reals) {
+    out.str(kv.first);
+    out.bytes(&kv.second, 8);
+  }
+  out.u64(o.metadata.strings.size());
+  for (const auto& kv : o.metadata.strings) {
+    out.str(kv.first);
+    out.str(kv.second);
+  }
+  return out.data();
+}
+
 void check_metadata(const Metadata& m) {
   auto name = [](const std::string& k) {
     if (k.empty() || k.find('/') != std::string::npos || k.find('\0') != std::string::npos)
@@ -887,9 +909,15 @@ void save_checkpoint(const std::string& path, const Optimizer& opt, const SaveOp
   // 1. Local work and the plan, agreed before any file is touched.
   OptimizerState state;
   std::map<std::string, Entry> plan;
-  const bool same_path = !r.parallel() || r.comm->same_on_all_ranks(path);
+  // Every rank writes the same groups and attributes: the options must agree as well as the path.
+  const bool same_path    = !r.parallel() || r.comm->same_on_all_ranks(path);
+  const bool same_options = !r.parallel() || r.comm->same_on_all_ranks(options_text(options));
   r.together([&] {
     if (!same_path) throw ConfigError(where + "the ranks name different files; every rank must pass the same path");
+    if (!same_options)
+      throw ConfigError(where +
+                        "the ranks pass different options (save_parameters or metadata); every rank must pass "
+                        "the same");
     if (path.empty()) throw ConfigError(where + "the path is empty");
     check_metadata(options.metadata);
     state = opt.export_state();
@@ -1051,9 +1079,12 @@ LoadReport load_checkpoint(const std::string& path, Optimizer& opt, const LoadOp
   LoadReport report;
   OptimizerState state;
   std::vector<std::vector<unsigned char> > values(ps.size());
-  const bool same_path = !r.parallel() || r.comm->same_on_all_ranks(path);
+  const bool same_path = !r.parallel() || r.comm->same_on_all_ranks(path + (options.load_parameters ? "\1" : "\0"));
   r.together([&] {
-    if (!same_path) throw ConfigError(where + "the ranks name different files; every rank must pass the same path");
+    if (!same_path)
+      throw ConfigError(where +
+                        "the ranks name different files or pass different load_parameters; every rank must "
+                        "pass the same");
     Handle file               = open_checkpoint(path, where);
     const std::string damaged = " (not a koptim checkpoint, or damaged)";
     auto root                 = [&](const char* name) { return read_attribute(file, name, "the file"); };

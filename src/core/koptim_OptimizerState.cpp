@@ -39,13 +39,7 @@ StateTensor Buffer::to_state(const std::vector<std::int64_t>& shape) const {
   StateTensor t;
   t.dtype = dtype_;
   t.shape = shape;
-  t.data.resize(bytes());
-  dispatch(dtype_, [&](auto zero) {
-    using T = decltype(zero);
-    Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> host(
-        reinterpret_cast<T*>(t.data.data()), n_);
-    Kokkos::deep_copy(host, view<T>());
-  });
+  dispatch(dtype_, [&](auto zero) { copy_to_bytes(view<decltype(zero)>(), t.data); });
   return t;
 }
 

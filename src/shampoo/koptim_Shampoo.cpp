@@ -665,10 +665,7 @@ void ShampooBlocks<T>::export_tensors(OptimizerState& s) const {
     StateTensor st;
     st.dtype = scalar_type_of<T>();
     st.shape = shape;
-    st.data.resize(v.size() * sizeof(T));
-    Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> h(reinterpret_cast<T*>(st.data.data()),
-                                                                                   v.size());
-    Kokkos::deep_copy(h, v);
+    Impl::copy_to_bytes(v, st.data);
     s.tensors[k] = std::move(st);
   };
   const bool roots                                                                                       = roots_ready_;

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace koptim {
@@ -35,6 +36,23 @@ struct OptimizerState {
 };
 
 namespace Impl {
+
+// The elements of a contiguous 1-D View as a state tensor's bytes. From memory the host can read,
+// one pass (no zero-filling of the bytes first); otherwise through a host copy.
+template <class T, class... P>
+void copy_to_bytes(const Kokkos::View<T*, P...>& v, std::vector<unsigned char>& out) {
+  using Space = typename Kokkos::View<T*, P...>::memory_space;
+  if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, Space>::accessible) {
+    Kokkos::fence();  // the kernels that wrote v
+    const auto* p = reinterpret_cast<const unsigned char*>(v.data());
+    out.assign(p, p + v.size() * sizeof(T));
+  } else {
+    out.resize(v.size() * sizeof(T));
+    Kokkos::View<std::remove_const_t<T>*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> h(
+        reinterpret_cast<std::remove_const_t<T>*>(out.data()), v.size());
+    Kokkos::deep_copy(h, v);
+  }
+}
 
 // A flat state buffer in the default memory space, float or double as its parameter.
 class Buffer {

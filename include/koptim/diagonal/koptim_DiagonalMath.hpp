@@ -47,10 +47,14 @@ KOKKOS_INLINE_FUNCTION T ema_square(T avg, T g, T beta, T one_minus_beta) {
   return avg * beta + one_minus_beta * g * g;
 }
 
-// acc + g * g (AdaGrad; Shampoo's AdaGrad grafting).
+// acc + g * g (AdaGrad; Shampoo's AdaGrad grafting), saturating at the largest finite T: a sum
+// of squares that torch would take to Inf (which freezes the parameter for good, its update
+// being g / Inf = 0) stays finite, so the state can still be exported and imported. The
+// update it gives is then below 1e-19 lr |g| in float: a documented deviation from torch only
+// where torch holds Inf (docs/robustness.md).
 template <class T>
 KOKKOS_INLINE_FUNCTION T accumulate_square(T acc, T g) {
-  return acc + g * g;
+  return min(acc + g * g, Kokkos::Experimental::finite_max<T>::value);
 }
 
 // sqrt(a) / sqrt_bias_correction + eps: the denominator of Adam-type updates.

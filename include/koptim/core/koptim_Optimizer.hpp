@@ -10,7 +10,7 @@
 // (|g| > sqrt of the largest finite float or double): one pass, fused with the NaN/Inf test.
 // Shampoo bounds the trace of its factor matrices instead (docs/robustness.md).
 // last_step_status() says what the last step() did (taken, skipped, refused values, failed
-// root computations), for logging.
+// root computations, fallbacks), for logging.
 #ifndef KOPTIM_CORE_OPTIMIZER_HPP
 #define KOPTIM_CORE_OPTIMIZER_HPP
 
@@ -38,6 +38,7 @@ struct StepStatus {
   bool skipped      = false;  // nonfinite_gradient = skip_step refused a gradient: nothing changed
   // Gradient values refused (NaN, Inf, or a square beyond the precision), and the first
   // parameter holding one; 0 and "" when the step was taken or the policy is unchecked.
+  // Shampoo's trace bound refuses a whole block: it names the parameter and counts 0 values.
   std::int64_t refused_values = 0;
   std::string refused_parameter;
   // Shampoo: inverse roots (or eigenbases) whose computation failed at this step; their previous

@@ -36,8 +36,9 @@ struct StepStatus {
   std::int64_t step = 0;      // step_count() after the call
   bool taken        = false;  // the parameters were updated
   bool skipped      = false;  // nonfinite_gradient = skip_step refused a gradient: nothing changed
-  // Gradient values refused (NaN, Inf, or a square beyond the precision), and the first
-  // parameter holding one; 0 and "" when the step was taken or the policy is unchecked.
+  // The first parameter (in registration order) whose gradient was refused, and how many of its
+  // values were (NaN, Inf, or a square beyond the precision); 0 and "" when the step was taken
+  // or the policy is unchecked.
   // Shampoo's trace bound refuses a whole block: it names the parameter and counts 0 values.
   std::int64_t refused_values = 0;
   std::string refused_parameter;

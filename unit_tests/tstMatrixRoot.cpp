@@ -481,6 +481,30 @@ TEST(MatrixRoot, CoupledNewtonNonConvergenceIsReportedAndUsed) {
   for (double x : X.a) EXPECT_TRUE(std::isfinite(x));
 }
 
+// A rank-one factor u u^T in float with the default epsilon: epsilon is lost in rounding, some
+// computed eigenvalues are slightly negative and the Newton iteration diverges. It stops before
+// anything overflows (the test main traps invalid operations) and the root comes from the
+// eigendecomposition, exactly as the eigen method computes it.
+TEST(MatrixRoot, CoupledNewtonDivergingFallsBackToEigen) {
+  const int n = 24;
+  Dense L(n);
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j) L(i, j) = std::cos(0.7 * i + 0.1) * std::cos(0.7 * j + 0.1);
+  Dense Xn(n), Xe(n);
+  const auto rn = root1<float>(L, 0.5, with(EighSolver::automatic, RootMethod::coupled_newton), Xn);
+  const auto re = root1<float>(L, 0.5, with(EighSolver::automatic, RootMethod::eigen), Xe);
+  ASSERT_TRUE(re.ok()) << to_string(re.status);
+  ASSERT_TRUE(rn.ok()) << to_string(rn.status);
+  EXPECT_TRUE(rn.newton_fell_back);
+  EXPECT_FALSE(rn.newton_converged);
+  EXPECT_EQ(Xn.a, Xe.a);
+  // A well-conditioned factor converges and does not fall back.
+  Dense Y(3);
+  const auto ok = root1<double>(shampoo_example(), 0.5, with(EighSolver::lapack, RootMethod::coupled_newton), Y);
+  EXPECT_TRUE(ok.newton_converged);
+  EXPECT_FALSE(ok.newton_fell_back);
+}
+
 TEST(MatrixRoot, BatchOfMixedFactors) {
   // One batch: dense SPD (a = 1/4), diagonal (a = 1/2), a factor with exponent 0, a NaN factor,
   // the tridiagonal matrix (a = 1/8), and an infinite factor. Each result must equal the one

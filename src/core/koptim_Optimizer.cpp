@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <sstream>
 #include <type_traits>
 
@@ -38,12 +40,25 @@ double Optimizer::lr(int group) const { return base_lr(group) * common_.lr_sched
 
 namespace Impl {
 
+template <class T>
+T largest_squarable() {
+  // sqrt(max) = 2^(max_exponent / 2) sqrt(1 - 2^-digits) for IEEE binary formats: the largest
+  // T below it is the one just below 2^(max_exponent / 2), and its square rounds to a finite T.
+  return std::nextafter(std::ldexp(T(1), std::numeric_limits<T>::max_exponent / 2), T(0));
+}
+template float largest_squarable<float>();
+template double largest_squarable<double>();
+
 namespace {
 // A named template, not a generic lambda: CUDA does not allow device lambdas inside generic
-// lambdas or functions with deduced return types.
+// lambdas or functions with deduced return types. Counts the entries whose magnitude bits exceed
+// `limit`: NaN and Inf always, and finite values above the limit's value.
 template <class T>
-std::pair<std::int64_t, std::int64_t> count_nonfinite_of(const TensorRef& t) {
+GradientCheck check_gradient_of(const TensorRef& t, const T limit_value) {
+  using Bits       = decltype(magnitude_bits(T{}));
+  const Bits limit = magnitude_bits(limit_value);
   const auto x     = t.flat<T>();
+  GradientCheck r;
   std::int64_t bad = 0;
   if (std::is_same<ExecutionSpace::memory_space, Kokkos::HostSpace>::value) {
     // On CPUs, contiguous chunks with a small inner count vectorize and stream well (about
@@ -51,64 +66,109 @@ std::pair<std::int64_t, std::int64_t> count_nonfinite_of(const TensorRef& t) {
     constexpr std::int64_t chunk = 64;
     const std::int64_t n = t.size, chunks = (n + chunk - 1) / chunk;
     Kokkos::parallel_reduce(
-        "koptim::check_finite", Kokkos::RangePolicy<ExecutionSpace>(0, chunks),
+        "koptim::check_gradient", Kokkos::RangePolicy<ExecutionSpace>(0, chunks),
         KOKKOS_LAMBDA(const std::int64_t c, std::int64_t& acc) {
           const std::int64_t lo = c * chunk, hi = lo + chunk < n ? lo + chunk : n;
           int k = 0;
-          for (std::int64_t i = lo; i < hi; ++i) k += is_finite(x(i)) ? 0 : 1;
+          for (std::int64_t i = lo; i < hi; ++i) k += magnitude_bits(x(i)) > limit ? 1 : 0;
           acc += k;
         },
         bad);
   } else {
     Kokkos::parallel_reduce(
-        "koptim::check_finite", Kokkos::RangePolicy<ExecutionSpace>(0, t.size),
-        KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& n) { n += is_finite(x(i)) ? 0 : 1; }, bad);
+        "koptim::check_gradient", Kokkos::RangePolicy<ExecutionSpace>(0, t.size),
+        KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& n) { n += magnitude_bits(x(i)) > limit ? 1 : 0; }, bad);
   }
-  std::int64_t first = -1;
+  r.refused = bad;
   if (bad > 0) {
-    // Rare path: locate the first offending entry for the error message.
+    // Rare path: the first offending entry and the number of non-finite ones, for the message.
+    std::int64_t first = t.size, nonfinite = 0;
     Kokkos::parallel_reduce(
-        "koptim::first_nonfinite", Kokkos::RangePolicy<ExecutionSpace>(0, t.size),
+        "koptim::first_refused", Kokkos::RangePolicy<ExecutionSpace>(0, t.size),
         KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& m) {
-          if (!is_finite(x(i)) && i < m) m = i;
+          if (magnitude_bits(x(i)) > limit && i < m) m = i;
         },
         Kokkos::Min<std::int64_t>(first));
+    Kokkos::parallel_reduce(
+        "koptim::count_nonfinite", Kokkos::RangePolicy<ExecutionSpace>(0, t.size),
+        KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& n) { n += is_finite(x(i)) ? 0 : 1; }, nonfinite);
+    T value{};
+    Kokkos::deep_copy(Kokkos::View<T, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(&value),
+                      Kokkos::subview(x, first));
+    r.first       = first;
+    r.nonfinite   = nonfinite;
+    r.first_value = static_cast<double>(value);
   }
-  return std::make_pair(bad, first);
+  return r;
 }
 }  // namespace
 
+GradientCheck check_gradient(const TensorRef& t, bool squares) {
+  if (t.dtype == ScalarType::float32)
+    return check_gradient_of<float>(t, squares ? largest_squarable<float>() : std::numeric_limits<float>::max());
+  return check_gradient_of<double>(t, squares ? largest_squarable<double>() : std::numeric_limits<double>::max());
+}
+
 std::pair<std::int64_t, std::int64_t> count_nonfinite(const TensorRef& t) {
-  return t.dtype == ScalarType::float32 ? count_nonfinite_of<float>(t) : count_nonfinite_of<double>(t);
+  const auto r = check_gradient(t, false);
+  return std::make_pair(r.refused, r.first);
 }
 
 }  // namespace Impl
 
-bool Optimizer::check_gradients() const {
+bool Optimizer::check_gradients() {
   if (common_.nonfinite_gradient == NonFiniteGradient::unchecked) return true;
   for (const auto& p : params_.parameters()) {
-    const auto bad = Impl::count_nonfinite(p.grad);
-    if (bad.first == 0) continue;
+    const auto bad = Impl::check_gradient(p.grad, refuse_squares_);
+    if (bad.refused == 0) continue;
+    status_.refused_values    = bad.refused;
+    status_.refused_parameter = p.name;
     if (common_.nonfinite_gradient == NonFiniteGradient::skip_step) return false;
-    throw NonFiniteError("koptim::" + name_ + "::step: the gradient of parameter '" + p.name + "' (shape " +
-                         shape_string(p.grad.shape) + ") has " + std::to_string(bad.first) +
-                         " non-finite value(s), the first at flat index " + std::to_string(bad.second) +
-                         "; nothing was updated (set nonfinite_gradient = skip_step to skip such steps)");
+    std::ostringstream msg;
+    msg.precision(9);
+    msg << "koptim::" << name_ << "::step: the gradient of parameter '" << p.name << "' (shape "
+        << shape_string(p.grad.shape) << ") has ";
+    const std::int64_t large = bad.refused - bad.nonfinite;
+    if (bad.nonfinite > 0) msg << bad.nonfinite << " non-finite value(s)";
+    if (bad.nonfinite > 0 && large > 0) msg << " and ";
+    if (large > 0) {
+      const bool f = p.grad.dtype == ScalarType::float32;
+      msg << large << " value(s) whose square overflows " << (f ? "float" : "double") << " (|g| > "
+          << (f ? static_cast<double>(Impl::largest_squarable<float>()) : Impl::largest_squarable<double>())
+          << "; it would put Inf in the second moment and freeze the parameter)";
+    }
+    msg << ", the first at flat index " << bad.first << " (value " << bad.first_value
+        << "); nothing was updated (set nonfinite_gradient = skip_step to skip such steps)";
+    throw NonFiniteError(msg.str());
   }
   return true;
 }
 
 void Optimizer::step() {
   Impl::ScopedRegion region("koptim::" + name_ + "::step");
+  status_      = StepStatus();
+  status_.step = step_;
+  if (step_ >= max_step_count || skipped_ >= max_step_count) {
+    throw Error("koptim::" + name_ + "::step: the step counter (" + std::to_string(step_) + " steps taken, " +
+                std::to_string(skipped_) + " skipped) is at its limit, max_step_count = 2^53 = " +
+                std::to_string(max_step_count) + "; nothing was updated");
+  }
   if (!check_gradients()) {
     ++skipped_;
+    status_.skipped = true;
     return;
   }
   const std::int64_t t = step_ + 1;
   std::vector<double> lrs(params_.groups().size());
   for (std::size_t g = 0; g < lrs.size(); ++g) lrs[g] = base_lr(static_cast<int>(g)) * common_.lr_schedule.factor(t);
   update(t, lrs);
-  step_ = t;
+  if (status_.skipped) {
+    ++skipped_;
+    return;
+  }
+  step_         = t;
+  status_.step  = t;
+  status_.taken = true;
 }
 
 OptimizerState Optimizer::export_state() const {
@@ -146,6 +206,11 @@ void Optimizer::check_state(const OptimizerState& s) const {
     if (it->second < 0) {
       throw StateError("koptim::" + name_ + "::import_state: integer '" + key + "' = " + std::to_string(it->second) +
                        " is negative");
+    }
+    if (it->second > max_step_count) {
+      throw StateError("koptim::" + name_ + "::import_state: integer '" + key + "' = " + std::to_string(it->second) +
+                       " is not allowed; allowed: 0 to max_step_count = 2^53 = " + std::to_string(max_step_count) +
+                       " (step counters are used as doubles, exact up to 2^53)");
     }
   }
   check_tensors(s);
@@ -301,6 +366,31 @@ Optimizer::StatePart ElementwiseOptimizer::state_part(const std::string& k) cons
   return {};
 }
 
+namespace {
+// Second moments and sums of squares: a negative value would make sqrt NaN.
+bool nonnegative_slot(const std::string& slot) {
+  return slot == "sum" || slot == "square_avg" || slot == "exp_avg_sq" || slot == "max_exp_avg_sq";
+}
+}  // namespace
+
+void check_values(const StateTensor& t, const std::string& key, bool nonnegative) {
+  dispatch(t.dtype, [&](auto zero) {
+    using T              = decltype(zero);
+    const std::int64_t n = static_cast<std::int64_t>(t.data.size() / sizeof(T));
+    for (std::int64_t i = 0; i < n; ++i) {
+      T x;
+      std::memcpy(&x, t.data.data() + i * sizeof(T), sizeof(T));
+      // is_finite first: an ordered comparison with NaN would raise FE_INVALID.
+      if (!is_finite(x) || (nonnegative && x < T(0))) {
+        std::ostringstream s;
+        s << "koptim: state tensor '" << key << "' has value " << x << " at flat index " << i
+          << "; allowed: " << (nonnegative ? "finite values >= 0" : "finite values");
+        throw StateError(s.str());
+      }
+    }
+  });
+}
+
 void ElementwiseOptimizer::check_tensors(const OptimizerState& state) const {
   const auto& ps     = parameters();
   std::size_t expect = 0;
@@ -324,6 +414,15 @@ void ElementwiseOptimizer::check_tensors(const OptimizerState& state) const {
                          " (a state saved on another rank or number of ranks?)");
       }
       pc.buffers[s].check(t, k);
+      // The exact shape, not only the element count: a transposed tensor is another tensor.
+      const std::vector<std::int64_t> shape = sharded() ? std::vector<std::int64_t>{pc.size} : ps[pc.param].param.shape;
+      if (t.shape != shape) {
+        throw StateError(
+            "koptim::" + name() + "::import_state: state tensor '" + k + "' has shape " + shape_string(t.shape) +
+            ", expected " + shape_string(shape) +
+            (sharded() ? " (this rank's slice)" : " (the shape of parameter '" + ps[pc.param].name + "')"));
+      }
+      check_values(t, k, nonnegative_slot(slots_[s]));
       ++expect;
     }
   }

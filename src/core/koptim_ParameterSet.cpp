@@ -62,6 +62,33 @@ void ParameterSet::add_ref(const std::string& name, TensorRef param, TensorRef g
     throw ShapeError(where + "group index " + std::to_string(group) + " does not exist; allowed: 0.." +
                      std::to_string(groups_.size() - 1));
   }
+  // add_ref() is public for bindings that build TensorRefs themselves: nothing about them is
+  // trusted, since every later read and write goes through data and size.
+  auto check_ref = [&](const TensorRef& t, const char* what) {
+    if (t.shape.empty() || t.shape.size() > 4) {
+      throw ShapeError(where + "the " + what + " has rank " + std::to_string(t.shape.size()) + "; allowed: 1 to 4");
+    }
+    if (t.dtype != ScalarType::float32 && t.dtype != ScalarType::float64) {
+      throw ShapeError(where + "the " + what + " has scalar type " + to_string(t.dtype) +
+                       "; allowed: float32 or float64");
+    }
+    std::int64_t n = 1;
+    for (auto e : t.shape) {
+      if (e < 0) throw ShapeError(where + "the " + what + " has a negative extent in shape " + shape_string(t.shape));
+      if (e > 0 && n > (std::int64_t(1) << 60) / e)
+        throw ShapeError(where + "the " + what + " shape " + shape_string(t.shape) + " has too many elements");
+      n *= e;
+    }
+    if (t.size != n) {
+      throw ShapeError(where + "the " + what + " has size " + std::to_string(t.size) + " but shape " +
+                       shape_string(t.shape) + " (" + std::to_string(n) +
+                       " elements); size must be the product of "
+                       "the extents");
+    }
+    if (n > 0 && t.data == nullptr) throw ShapeError(where + "the " + what + " has a null data pointer");
+  };
+  check_ref(param, "parameter");
+  check_ref(grad, "gradient");
   if (param.shape != grad.shape) {
     throw ShapeError(where + "gradient shape " + shape_string(grad.shape) + " differs from parameter shape " +
                      shape_string(param.shape));
@@ -77,14 +104,30 @@ void ParameterSet::add_ref(const std::string& name, TensorRef param, TensorRef g
   if (param.data == grad.data && param.size > 0) {
     throw ShapeError(where + "the gradient View is the parameter View itself");
   }
+  // Optimizers write the parameters while they read the gradients: a parameter may share no
+  // byte with any parameter or gradient (gradients are only read, so they may share memory with
+  // each other). Subviews that partly overlap are caught here, not only equal pointers.
   auto overlaps = [](const TensorRef& a, const TensorRef& b) {
     const auto a0 = reinterpret_cast<std::uintptr_t>(a.data), b0 = reinterpret_cast<std::uintptr_t>(b.data);
     return a.size > 0 && b.size > 0 && a0 < b0 + b.bytes() && b0 < a0 + a.bytes();
   };
+  if (overlaps(param, grad)) {
+    throw ShapeError(where +
+                     "the gradient's memory overlaps the parameter's (a subview of the same allocation?); "
+                     "a gradient must not share memory with any parameter");
+  }
   for (const auto& p : params_) {
     if (overlaps(p.param, param)) {
       throw ShapeError(where + "its memory is already registered as parameter '" + p.name +
                        "' (a parameter registered twice)");
+    }
+    if (overlaps(p.grad, param)) {
+      throw ShapeError(where + "the parameter's memory overlaps the gradient of parameter '" + p.name +
+                       "'; a parameter must not share memory with any gradient");
+    }
+    if (overlaps(p.param, grad)) {
+      throw ShapeError(where + "the gradient's memory overlaps parameter '" + p.name +
+                       "'; a gradient must not share memory with any parameter");
     }
   }
   params_.push_back({name, std::move(param), std::move(grad), group});

@@ -57,6 +57,8 @@ SGD::SGD(ParameterSet params, CommonOptions common, SGDOptions options, std::sha
     : Impl::ElementwiseOptimizer("SGD", std::move(params), std::move(common), sgd_slots(options), {}, std::move(comm),
                                  describe(options)),
       options_(options) {
+  // SGD never squares a gradient: only NaN and Inf are refused.
+  refuse_overflowing_squares(false);
   const double inf = std::numeric_limits<double>::infinity();
   Impl::require_range("SGD", "momentum", options_.momentum, 0.0, inf, false, true);
   Impl::require_range("SGD", "dampening", options_.dampening, 0.0, 1.0);

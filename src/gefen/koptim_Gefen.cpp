@@ -434,6 +434,8 @@ void step_unshared(const Parameter& p, TensorState& st, const Codebook& cb, cons
 // Values of a state tensor as doubles (for validation).
 std::vector<double> values_of(const StateTensor& t) {
   std::vector<double> out(static_cast<std::size_t>(t.size()));
+  // An empty tensor: no copy (memcpy must not see the null pointers of empty vectors).
+  if (out.empty()) return out;
   if (t.dtype == ScalarType::uint8) {
     std::copy(t.data.begin(), t.data.begin() + static_cast<std::ptrdiff_t>(out.size()), out.begin());
   } else if (t.dtype == ScalarType::float32) {
@@ -638,13 +640,27 @@ void Gefen::initialise() {
       const auto& p     = ps[i];
       std::int64_t part = 1;
       if (!options_.force_p1 && p.grad.size > 0) {
-        part = dispatch(p.grad.dtype, [&](auto zero) {
-          using T      = decltype(zero);
-          const auto g = p.grad.flat<T>();
-          return options_.partition_rule == GefenPartitionRule::neighbour_contrast
-                     ? gefen::choose_partition(g)
-                     : gefen::choose_partition_variance_drop(g);
-        });
+        auto choose = [&]() {
+          return dispatch(p.grad.dtype, [&](auto zero) {
+            using T      = decltype(zero);
+            const auto g = p.grad.flat<T>();
+            return options_.partition_rule == GefenPartitionRule::neighbour_contrast
+                       ? gefen::choose_partition(g)
+                       : gefen::choose_partition_variance_drop(g);
+          });
+        };
+        if (common_options().nonfinite_gradient == NonFiniteGradient::unchecked) {
+          // Unchecked gradients are used as they are: a first gradient outside the partition
+          // rule's domain (not finite, or its square or fourth power not finite in double) gets
+          // no shared second moment instead of an error.
+          try {
+            part = choose();
+          } catch (const NonFiniteError&) {
+            part = 1;
+          }
+        } else {
+          part = choose();
+        }
       }
       layouts[i] = make_layout(p.param, part, options_);
     }

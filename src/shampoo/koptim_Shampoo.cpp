@@ -13,10 +13,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <sstream>
 #include <type_traits>
+
+#if defined(__unix__)
+#include <unistd.h>
+#endif
 
 namespace koptim {
 
@@ -165,9 +170,13 @@ class ShampooBlocks {
   std::size_t state_bytes() const;
   std::int64_t failures_kept() const { return failures_kept_; }
 
-  // Gathers every block's gradient and checks that its factors stay finite; returns the first
-  // problem ("" if none). Changes no state.
-  std::string prepare(const std::vector<double>& wds);
+  // Gathers every block's gradient and, with check, that its factors stay finite; returns the
+  // first problem ("" if none) and the parameter it concerns. Changes no state.
+  std::string prepare(const std::vector<double>& wds, bool check, std::string& parameter);
+  // Of the last amortized computation: roots that failed (previous root kept), and coupled
+  // Newton roots that came from the eigendecomposition.
+  std::int64_t step_failures() const { return step_failures_; }
+  std::int64_t step_fallbacks() const { return step_fallbacks_; }
   void accumulate(std::int64_t t);
   void amortized(std::int64_t t);
   void correct();
@@ -221,6 +230,7 @@ class ShampooBlocks {
   int num_ranks_              = 1;
   bool roots_ready_           = false;  // a root (or eigenbasis) has been computed: before, X = I exactly
   std::int64_t failures_kept_ = 0;
+  std::int64_t step_failures_ = 0, step_fallbacks_ = 0;
 };
 
 template <class T>
@@ -310,31 +320,42 @@ std::size_t ShampooBlocks<T>::state_bytes() const {
 // Step 2.2.1, 2.2.2, the grafting accumulators (2.2.5) and the filtered gradient (2.2.4), for
 // every block.
 template <class T>
-std::string ShampooBlocks<T>::prepare(const std::vector<double>& wds) {
+std::string ShampooBlocks<T>::prepare(const std::vector<double>& wds, bool check, std::string& parameter) {
   for (auto& b : blocks_) {
     const Parameter& prm = ps_[b.param];
     const auto G         = prm.grad.template flat<T>();
     const auto W         = prm.param.template flat<T>();
     const auto g = b.g, w = b.w;
-    const bool l2 = o_.weight_decay_type == WeightDecayType::L2 && wds[prm.group] != 0.0;
-    const T wd    = static_cast<T>(wds[prm.group]);
-    b.sumsq       = reduce_block(
-              "koptim::Shampoo::gather", b.map, b.size, KOKKOS_LAMBDA(const std::int64_t e, const std::int64_t k) {
-                const T wi = W(k);
-                w(e)       = wi;
-                const T gi = l2 ? G(k) + wd * wi : G(k);
-                g(e)       = gi;
-                return Impl::is_finite(gi) ? static_cast<double>(gi) * static_cast<double>(gi)
-                                           : Kokkos::Experimental::infinity<double>::value;
-              });
+    const bool l2    = o_.weight_decay_type == WeightDecayType::L2 && wds[prm.group] != 0.0;
+    const T wd       = static_cast<T>(wds[prm.group]);
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    b.sumsq          = reduce_block(
+                 "koptim::Shampoo::gather", b.map, b.size, KOKKOS_LAMBDA(const std::int64_t e, const std::int64_t k) {
+                   const T wi = W(k);
+                   w(e)       = wi;
+                   const T gi = l2 ? G(k) + wd * wi : G(k);
+                   g(e)       = gi;
+                   // A non-finite value makes the sum NaN (quiet: no FE_INVALID), which prepare()
+                   // tells apart from a finite sum of squares that overflows (Inf).
+                   return Impl::is_finite(gi) ? static_cast<double>(gi) * static_cast<double>(gi) : nan;
+                 });
+    if (!check) continue;  // nonfinite_gradient = unchecked: the gradient is used as it is
     const double sumsq = b.sumsq;
     const double trace = next_trace(b);
+    if (std::isnan(sumsq)) {
+      // The gradient passed the NaN/Inf check, so L2 weight decay (G + wd W) made it non-finite.
+      parameter = prm.name;
+      return "koptim::Shampoo::step: " + b.where(ps_, layouts_) +
+             ": the gradient holds a NaN or Inf value after L2 weight decay (G + weight_decay W, weight_decay = " +
+             std::to_string(wds[prm.group]) + "); nothing was updated";
+    }
     if (!b.factors.empty() && !(trace <= static_cast<double>(std::numeric_limits<T>::max()))) {
       std::ostringstream msg;
       msg << "koptim::Shampoo::step: " << b.where(ps_, layouts_) << ": the gradient's squared norm (" << sumsq
           << ") would take the trace of its factor matrices to " << trace << ", beyond the largest "
           << (std::is_same<T, float>::value ? "float" : "double") << " (" << std::numeric_limits<T>::max()
           << "): the factors would overflow to Inf (a NaN or Inf result); nothing was updated";
+      parameter = prm.name;
       return msg.str();
     }
   }
@@ -432,6 +453,7 @@ template <class T>
 void ShampooBlocks<T>::amortized(std::int64_t t) {
   const double scale = o_.use_bias_correction && b2_ < 1.0 ? 1.0 / (1.0 - std::pow(b2_, static_cast<double>(t))) : 1.0;
   std::vector<char> block_failed(blocks_.size(), 0);
+  step_failures_ = step_fallbacks_ = 0;
   for (auto& kv : banks_) {
     BankSet& s           = kv.second;
     const std::int64_t n = kv.first;
@@ -489,6 +511,7 @@ void ShampooBlocks<T>::amortized(std::int64_t t) {
       ro.rank_atol          = o_.rank_atol;
       const auto infos      = linalg::batched_inverse_root(Lhat, s.X, exponents, ro);
       for (std::int64_t a = 0; a < m; ++a) {
+        if (infos[a].newton_fell_back) ++step_fallbacks_;
         switch (infos[a].status) {
           case linalg::RootStatus::success:
             status[a] = 0;
@@ -508,13 +531,25 @@ void ShampooBlocks<T>::amortized(std::int64_t t) {
     for (std::int64_t a = 0; a < m; ++a) {
       const auto& b = blocks_[s.owner[a].first];
       if (status[a] >= 2) {
+        std::ostringstream why;
+        if (status[a] == 2) {
+          why << "the factor matrix holds a NaN or Inf";
+        } else if (o_.epsilon == 0.0) {
+          why << "its inverse root is not finite: a zero eigenvalue with epsilon = 0 (use pseudo_inverse, or "
+                 "epsilon > 0)";
+        } else {
+          why << "its inverse root is not finite: the smallest eigenvalue plus epsilon = " << o_.epsilon
+              << " raised to the power -" << blocks_[s.owner[a].first].factors[s.owner[a].second].exponent
+              << " overflows " << (std::is_same<T, float>::value ? "float" : "double")
+              << " (a larger epsilon, or pseudo_inverse with epsilon = 0)";
+        }
         throw NonFiniteError("koptim::Shampoo::step: " + b.where(ps_, layouts_) + ", factor " +
-                             std::to_string(s.owner[a].second) + ": " +
-                             (status[a] == 2 ? "the factor matrix holds a NaN or Inf"
-                                             : "its inverse root is not finite (a zero eigenvalue with epsilon = 0? "
-                                               "use pseudo_inverse, or epsilon > 0)"));
+                             std::to_string(s.owner[a].second) + ": " + why.str());
       }
-      if (status[a] == 1) block_failed[s.owner[a].first] = 1;
+      if (status[a] == 1) {
+        block_failed[s.owner[a].first] = 1;
+        ++step_failures_;
+      }
     }
   }
   for (std::size_t i = 0; i < blocks_.size(); ++i) {
@@ -692,34 +727,71 @@ void ShampooBlocks<T>::export_tensors(OptimizerState& s) const {
 
 template <class T>
 void ShampooBlocks<T>::check_tensors(const OptimizerState& s, std::size_t& expected) const {
-  auto need = [&](const std::string& k, std::int64_t n) {
+  const std::string who = "koptim::Shampoo::import_state: ";
+  enum Values { finite, nonnegative, factor };
+  // The exact shape (a transposed block is another block) and the values: every entry finite,
+  // accumulators of squares >= 0, factors with a diagonal >= 0 (they are sums of G G^T).
+  auto need = [&](const std::string& k, const std::vector<std::int64_t>& shape, Values values) {
     ++expected;
     auto it = s.tensors.find(k);
-    if (it == s.tensors.end()) throw StateError("koptim::Shampoo::import_state: the state has no tensor '" + k + "'");
-    if (it->second.dtype != scalar_type_of<T>())
-      throw StateError("koptim::Shampoo::import_state: state tensor '" + k + "' has scalar type " +
-                       to_string(it->second.dtype) + ", expected " + to_string(scalar_type_of<T>()));
-    if (it->second.size() != n || it->second.data.size() != static_cast<std::size_t>(n) * sizeof(T))
-      throw StateError("koptim::Shampoo::import_state: state tensor '" + k + "' has shape " +
-                       shape_string(it->second.shape) + ", expected " + std::to_string(n) + " elements");
+    if (it == s.tensors.end()) throw StateError(who + "the state has no tensor '" + k + "'");
+    const StateTensor& t = it->second;
+    if (t.dtype != scalar_type_of<T>())
+      throw StateError(who + "state tensor '" + k + "' has scalar type " + to_string(t.dtype) + ", expected " +
+                       to_string(scalar_type_of<T>()));
+    std::int64_t n = 1;
+    for (auto e : shape) n *= e;
+    if (t.shape != shape || t.data.size() != static_cast<std::size_t>(n) * sizeof(T))
+      throw StateError(who + "state tensor '" + k + "' has shape " + shape_string(t.shape) + " (" +
+                       std::to_string(t.data.size()) + " bytes), expected " + shape_string(shape));
+    if (!t.whole.empty()) throw StateError(who + "state tensor '" + k + "' is a slice; Shampoo's state is whole");
+    Impl::check_values(t, k, values == nonnegative);
+    if (values == factor) {
+      for (std::int64_t i = 0; i < shape[0]; ++i) {
+        T x;
+        std::memcpy(&x, t.data.data() + (i * shape[0] + i) * sizeof(T), sizeof(T));
+        if (x < T(0)) {
+          std::ostringstream m;
+          m << who << "state tensor '" << k << "' has diagonal entry " << x << " at (" << i << ", " << i
+            << "); a factor matrix is a sum of G G^T terms, its diagonal is >= 0";
+          throw StateError(m.str());
+        }
+      }
+    }
+  };
+  auto integer = [&](const std::string& k, std::int64_t lo, std::int64_t hi, const std::string& allowed) {
+    auto it = s.integers.find(k);
+    if (it == s.integers.end()) throw StateError(who + "the state has no integer '" + k + "'");
+    if (it->second < lo || it->second > hi)
+      throw StateError(who + "integer '" + k + "' = " + std::to_string(it->second) +
+                       " is not allowed; allowed: " + allowed);
   };
   const std::string rk = std::string("shampoo/") + (std::is_same<T, float>::value ? "f32" : "f64") + "/roots_ready";
-  if (!s.integers.count(rk)) throw StateError("koptim::Shampoo::import_state: the state has no integer '" + rk + "'");
+  integer(rk, 0, 1, "0 or 1");
+  const std::int64_t tolerated = o_.num_tolerated_failed_amortized_computations;
   for (const auto& b : blocks_) {
     const std::string k = key(b);
-    if (b.filtered.size()) need(k + "/filtered_grad", b.size);
-    if (b.graft.size()) need(k + "/graft", b.size);
-    if (b.momentum.size()) need(k + "/momentum", b.size);
-    if (b.correction.size()) need(k + "/eigenvalue_correction", b.size);
-    if (!s.integers.count(k + "/failures"))
-      throw StateError("koptim::Shampoo::import_state: the state has no integer '" + k + "/failures'");
-    if (!s.reals.count(k + "/trace"))
-      throw StateError("koptim::Shampoo::import_state: the state has no real '" + k + "/trace'");
+    if (b.filtered.size()) need(k + "/filtered_grad", b.shape, finite);
+    if (b.graft.size()) need(k + "/graft", b.shape, nonnegative);
+    if (b.momentum.size()) need(k + "/momentum", b.shape, finite);
+    if (b.correction.size()) need(k + "/eigenvalue_correction", b.shape, nonnegative);
+    // One more than tolerated: the count a block keeps after the failure that raised the error.
+    integer(k + "/failures", 0, tolerated + 1,
+            "0 to num_tolerated_failed_amortized_computations + 1 = " + std::to_string(tolerated + 1));
+    auto tr = s.reals.find(k + "/trace");
+    if (tr == s.reals.end()) throw StateError(who + "the state has no real '" + k + "/trace'");
+    if (!Impl::is_finite(tr->second) || tr->second < 0.0 ||
+        tr->second > static_cast<double>(std::numeric_limits<T>::max())) {
+      std::ostringstream m;
+      m << who << "real '" << k << "/trace' = " << tr->second << " is not allowed; allowed: finite values >= 0 up to "
+        << std::numeric_limits<T>::max() << " (the trace of the block's factor matrices)";
+      throw StateError(m.str());
+    }
     for (std::size_t j = 0; j < b.factors.size(); ++j) {
       if (b.factors[j].slot < 0) continue;
-      need(k + "/factor" + std::to_string(j), b.factors[j].n * b.factors[j].n);
-      need(k + (o_.eigenvalue_corrected ? "/eigenvectors" : "/root") + std::to_string(j),
-           b.factors[j].n * b.factors[j].n);
+      const std::int64_t n = b.factors[j].n;
+      need(k + "/factor" + std::to_string(j), {n, n}, factor);
+      need(k + (o_.eigenvalue_corrected ? "/eigenvectors" : "/root") + std::to_string(j), {n, n}, finite);
     }
   }
 }
@@ -758,6 +830,9 @@ void ShampooBlocks<T>::import_tensors(const OptimizerState& s) {
 Shampoo::Shampoo(ParameterSet params, CommonOptions common, ShampooOptions options,
                  std::shared_ptr<comm::Communicator> comm)
     : Optimizer("Shampoo", std::move(params), std::move(common)), options_(std::move(options)), comm_(std::move(comm)) {
+  // The trace bound of each block (ShampooBlocks::prepare) refuses exactly the gradients that
+  // would overflow a factor; the element-wise check before it refuses only NaN and Inf.
+  refuse_overflowing_squares(false);
   const double inf = std::numeric_limits<double>::infinity();
   const auto& o    = options_;
   Impl::require_range("Shampoo", "betas[0]", o.betas[0], 0.0, 1.0, false, true);
@@ -861,10 +936,52 @@ Shampoo::Shampoo(ParameterSet params, CommonOptions common, ShampooOptions optio
     owners_.emplace_back();
     for (std::size_t b = 0; b < layout.blocks.size(); ++b) owners_.back().push_back(owner[k++]);
   }
-  f32_ = std::make_unique<Impl::ShampooBlocks<float>>(*this, parameters(), layouts_, options_, owners_, group_rank(),
-                                                      ranks);
-  f64_ = std::make_unique<Impl::ShampooBlocks<double>>(*this, parameters(), layouts_, options_, owners_, group_rank(),
-                                                       ranks);
+  // The memory this rank's blocks need, before asking for it: a huge max_preconditioner_dim
+  // (a factor matrix of d x d per dimension of a block) must be a koptim error that says how much
+  // was asked, not an allocation failure deep inside Kokkos.
+  double bytes = 0.0;
+  for (std::size_t i = 0; i < layouts_.size(); ++i) {
+    const double elem = parameters()[i].param.dtype == ScalarType::float32 ? 4.0 : 8.0;
+    for (const auto& b : layouts_[i].blocks) {
+      if (owners_[i][b.index] != group_rank()) continue;
+      // Factor, root and the amortized computation's copy per preconditioned dimension; state
+      // and workspace vectors (at most 9) of the block's size.
+      for (int j = 0; j < b.order(); ++j)
+        if (o.eigenvalue_corrected || inverse_exponent(b.order(), j) != 0.0)
+          bytes += 3.0 * elem * static_cast<double>(b.sizes[j]) * static_cast<double>(b.sizes[j]);
+      bytes += 9.0 * elem * static_cast<double>(b.num_elements());
+    }
+  }
+  auto too_much = [&](const std::string& why) {
+    std::ostringstream m;
+    m.precision(4);
+    m << "koptim::Shampoo: the optimizer state of this rank needs about " << bytes / 1073741824.0 << " GiB (" << bytes
+      << " bytes: factor matrices up to max_preconditioner_dim = " << o.max_preconditioner_dim
+      << " squared, 3 copies each, and the block buffers); " << why
+      << ". Lower max_preconditioner_dim, or distribute the blocks over more ranks";
+    return Error(m.str());
+  };
+#if defined(__unix__)
+  if (Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible) {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0 && bytes > static_cast<double>(pages) * static_cast<double>(page)) {
+      std::ostringstream m;
+      m << "this machine has " << static_cast<double>(pages) * static_cast<double>(page) << " bytes of memory";
+      throw too_much(m.str());
+    }
+  }
+#endif
+  try {
+    f32_ = std::make_unique<Impl::ShampooBlocks<float>>(*this, parameters(), layouts_, options_, owners_, group_rank(),
+                                                        ranks);
+    f64_ = std::make_unique<Impl::ShampooBlocks<double>>(*this, parameters(), layouts_, options_, owners_, group_rank(),
+                                                         ranks);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    // Kokkos reports a failed allocation as std::runtime_error.
+    throw too_much(std::string("the allocation failed: ") + e.what());
+  }
 }
 
 int Shampoo::group_rank() const { return group_comm_ ? group_comm_->rank() : 0; }
@@ -912,12 +1029,24 @@ void Shampoo::update(std::int64_t t, const std::vector<double>& lrs) {
   std::string error;
   {
     // Nothing has changed yet: a gradient that would overflow a factor is rejected here, on
-    // every rank, before any state is touched.
+    // every rank, before any state is touched (under skip_step, the step is skipped).
     Impl::ScopedRegion r("koptim::Shampoo::gather");
-    error = f32_->prepare(wds);
-    if (error.empty()) error = f64_->prepare(wds);
+    const auto policy = common_options().nonfinite_gradient;
+    const bool check  = policy != NonFiniteGradient::unchecked;
+    std::string parameter;
+    error = f32_->prepare(wds, check, parameter);
+    if (error.empty()) error = f64_->prepare(wds, check, parameter);
     if (group_comm_) group_comm_->agree_on_error(error);
-    if (!error.empty()) throw NonFiniteError(error);
+    if (!error.empty()) {
+      // Every rank has the same gradients, so the rank that found the problem and the others
+      // agree on it; only that rank knows the parameter.
+      step_status().refused_parameter = parameter;
+      if (policy == NonFiniteGradient::skip_step) {
+        step_status().skipped = true;
+        return;
+      }
+      throw NonFiniteError(error);
+    }
   }
   try {
     {
@@ -930,6 +1059,8 @@ void Shampoo::update(std::int64_t t, const std::vector<double>& lrs) {
       Impl::ScopedRegion r("koptim::Shampoo::amortized_computation");
       f32_->amortized(t);
       f64_->amortized(t);
+      step_status().failed_root_computations = f32_->step_failures() + f64_->step_failures();
+      step_status().root_fallbacks           = f32_->step_fallbacks() + f64_->step_fallbacks();
       lap(times_.amortized_computation);
       ++times_.amortized_computations;
     }

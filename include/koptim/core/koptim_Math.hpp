@@ -70,6 +70,19 @@ KOKKOS_INLINE_FUNCTION bool is_finite(double x) {
   std::memcpy(&u, &x, sizeof u);
   return (u & 0x7ff0000000000000ull) != 0x7ff0000000000000ull;
 }
+// |x| as the integer of its bits: for finite x it orders as |x| does, and NaN and Inf lie above
+// every finite value. One integer comparison against the bits of a limit therefore tests
+// "not finite, or |x| above the limit" (integer only: no FE_INVALID, vectorizes).
+KOKKOS_INLINE_FUNCTION std::uint32_t magnitude_bits(float x) {
+  std::uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  return u & 0x7fffffffu;
+}
+KOKKOS_INLINE_FUNCTION std::uint64_t magnitude_bits(double x) {
+  std::uint64_t u;
+  std::memcpy(&u, &x, sizeof u);
+  return u & 0x7fffffffffffffffull;
+}
 // Other types: equality comparisons, which are quiet (no FE_INVALID on a quiet NaN), unlike
 // <, <=, > and >=.
 template <class T>

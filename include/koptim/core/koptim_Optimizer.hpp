@@ -2,9 +2,15 @@
 // rate, the exact bytes of optimizer state held, and export/import of the complete state.
 //
 // step() reads the gradient Views registered in the ParameterSet and updates the parameter
-// Views in place. Before touching anything it checks the gradients for NaN/Inf according to
+// Views in place. Before touching anything it checks the gradients according to
 // nonfinite_gradient: "error" (throw NonFiniteError naming the parameter; nothing changes),
-// "skip_step" (count the step as skipped; nothing changes) or "unchecked" (no check, fastest).
+// "skip_step" (count the step as skipped; nothing changes) or "unchecked" (no check, fastest;
+// a bad gradient then reaches the state). The check refuses NaN and Inf and, in every optimizer
+// that squares gradients, finite values whose square overflows the gradient's precision
+// (|g| > sqrt of the largest finite float or double): one pass, fused with the NaN/Inf test.
+// Shampoo bounds the trace of its factor matrices instead (docs/robustness.md).
+// last_step_status() says what the last step() did (taken, skipped, refused values, failed
+// root computations, fallbacks), for logging.
 #ifndef KOPTIM_CORE_OPTIMIZER_HPP
 #define KOPTIM_CORE_OPTIMIZER_HPP
 
@@ -24,6 +30,25 @@ class Communicator;
 }
 
 enum class NonFiniteGradient { error, skip_step, unchecked };
+
+// What the last call of step() did. Filled also when step() throws, so that a caller can log it.
+struct StepStatus {
+  std::int64_t step = 0;      // step_count() after the call
+  bool taken        = false;  // the parameters were updated
+  bool skipped      = false;  // nonfinite_gradient = skip_step refused a gradient: nothing changed
+  // The first parameter (in registration order) whose gradient was refused, and how many of its
+  // values were (NaN, Inf, or a square beyond the precision); 0 and "" when the step was taken
+  // or the policy is unchecked.
+  // Shampoo's trace bound refuses a whole block: it names the parameter and counts 0 values.
+  std::int64_t refused_values = 0;
+  std::string refused_parameter;
+  // Shampoo: inverse roots (or eigenbases) whose computation failed at this step; their previous
+  // value was kept (num_tolerated_failed_amortized_computations in a row are allowed). 0 elsewhere.
+  std::int64_t failed_root_computations = 0;
+  // Shampoo with root_method = coupled_newton: roots computed by the eigendecomposition because
+  // the Newton iteration diverged on their factor (rank-deficient or ill-conditioned). 0 elsewhere.
+  std::int64_t root_fallbacks = 0;
+};
 
 class Optimizer;
 namespace Impl {
@@ -53,6 +78,11 @@ class Optimizer {
 
   // Steps taken (skipped steps are not counted).
   std::int64_t step_count() const { return step_; }
+  // The largest step count (and skipped-step count): step counters are used as doubles in bias
+  // corrections and schedules, exact up to 2^53. step() and import_state() refuse to pass it.
+  static constexpr std::int64_t max_step_count = std::int64_t(1) << 53;
+  // What the last step() did (all zero before the first).
+  const StepStatus& last_step_status() const { return status_; }
   // Steps skipped because a gradient was not finite (nonfinite_gradient = "skip_step").
   std::int64_t skipped_steps() const { return skipped_; }
 
@@ -106,9 +136,16 @@ class Optimizer {
   virtual void check_tensors(const OptimizerState& state) const = 0;
   virtual void import_tensors(const OptimizerState& state)      = 0;
 
+  // Optimizers that never square a gradient (SGD), or bound the growth of their state
+  // themselves (Shampoo), refuse only NaN and Inf gradients.
+  void refuse_overflowing_squares(bool on) { refuse_squares_ = on; }
+  // An update() that refuses its gradients itself under skip_step sets skipped here: the step is
+  // then counted as skipped, not taken (the update must have changed nothing).
+  StepStatus& step_status() { return status_; }
+
  private:
-  // False when a gradient is not finite and the step is to be skipped; throws for "error".
-  bool check_gradients() const;
+  // False when a gradient is refused and the step is to be skipped; throws for "error".
+  bool check_gradients();
 
   friend void Impl::set_configuration(Optimizer& opt, std::string xml);
 
@@ -117,6 +154,8 @@ class Optimizer {
   CommonOptions common_;
   std::int64_t step_    = 0;
   std::int64_t skipped_ = 0;
+  bool refuse_squares_  = true;
+  StepStatus status_;
   std::string configuration_;
 };
 
@@ -124,6 +163,24 @@ namespace Impl {
 
 // Number of non-finite entries of a tensor and the flat index of the first (-1 if none).
 std::pair<std::int64_t, std::int64_t> count_nonfinite(const TensorRef& t);
+
+// The largest |g| whose square g * g is finite in T (about 1.8e19 for float, 1.3e154 for double).
+template <class T>
+T largest_squarable();
+
+// A gradient check in one pass: entries that are not finite or, with squares = true, whose
+// square overflows (|g| > largest_squarable<T>()).
+struct GradientCheck {
+  std::int64_t refused   = 0;    // entries refused
+  std::int64_t nonfinite = 0;    // of which NaN or Inf
+  std::int64_t first     = -1;   // flat index of the first refused entry
+  double first_value     = 0.0;  // its value
+};
+GradientCheck check_gradient(const TensorRef& t, bool squares);
+
+// Throws StateError naming key and the first bad element when a float or double state tensor
+// holds a NaN or Inf, or (nonnegative) a negative value. Changes nothing.
+void check_values(const StateTensor& t, const std::string& key, bool nonnegative);
 
 // Throws ConfigError on every rank when the ranks of comm do not describe the same optimizer
 // (parameters and configuration, as summarised by descriptor): never a hang or a silent mismatch.

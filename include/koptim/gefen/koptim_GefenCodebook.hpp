@@ -384,8 +384,8 @@ std::array<T, codebook_size> codebook_from_histogram(const std::vector<std::int6
 // value is divided by the absolute maximum of its block of scale_block consecutive elements
 // (0 when that maximum is 0) and counted in bin floor((x + 1) * histogram_bins / 2), clamped to
 // the last bin. Counts accumulate, so one histogram can gather every tensor of a model. g's
-// values must be finite. Runs on Kokkos::DefaultExecutionSpace; both views must be accessible
-// from it.
+// values should be finite (a value whose ratio is not finite is not counted). Runs on Kokkos::DefaultExecutionSpace;
+// both views must be accessible from it.
 template <class GView, class CountView>
 void accumulate_histogram(const GView& g, std::int64_t scale_block, const CountView& counts) {
   static_assert(Kokkos::is_view<GView>::value && Kokkos::is_view<CountView>::value,
@@ -440,7 +440,10 @@ void accumulate_histogram(const GView& g, std::int64_t scale_block, const CountV
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, scale_block), [&](const std::int64_t k) {
             // In double, a float input never lands in the wrong bin: a float ratio closest to a
             // bin edge is still ~2^-37 away from it. |x| <= 1, so the cast is a floor.
-            const double x   = absmax > T(0) ? static_cast<double>(gc(begin + k)) / static_cast<double>(absmax) : 0.0;
+            const double x = absmax > T(0) ? static_cast<double>(gc(begin + k)) / static_cast<double>(absmax) : 0.0;
+            // A value that is not finite (only reachable with unchecked gradients) has no bin;
+            // converting it to an integer would be undefined.
+            if (!::koptim::Impl::is_finite(x)) return;
             std::int64_t bin = static_cast<std::int64_t>((x + 1.0) * (histogram_bins / 2));
             bin              = bin < histogram_bins ? bin : histogram_bins - 1;
             auto access      = hist.access();

@@ -14,7 +14,9 @@
 // (eps must be 0) gives 0 for eigenvalues at or below max(rank_rtol max(lambda_max, 0),
 // rank_atol). Exponent 0 gives the identity whatever the factor holds (that dimension is not
 // preconditioned, its factor is never looked at). Alternative method: the coupled Newton iteration,
-// built from KokkosBlas::gemm only, for exponents a = 1/p with p a positive integer.
+// built from KokkosBlas::gemm only, for exponents a = 1/p with p a positive integer; where it
+// diverges on a finite factor (rank-deficient or ill-conditioned in this precision) that factor's
+// root comes from the eigendecomposition (RootInfo::newton_fell_back).
 #ifndef KOPTIM_LINALG_MATRIXROOT_HPP
 #define KOPTIM_LINALG_MATRIXROOT_HPP
 
@@ -94,6 +96,9 @@ struct RootInfo {
   // Without convergence the result is still used (status success); callers log a warning.
   bool newton_converged = true;
   double newton_error   = 0.0;
+  // Coupled Newton only: the iteration diverged on this (finite) factor, and the root was computed
+  // by the eigendecomposition instead (status is that computation's).
+  bool newton_fell_back = false;
 
   bool ok() const { return status == RootStatus::success; }
 };
@@ -530,7 +535,13 @@ RootInfo newton_root(const ExecSpace& space, const LView& L, const XView& X, int
       });
   double err = newton_residual(space, M);
   int it     = 0;
-  while (koptim::Impl::is_finite(err) && err > tolerance && it < max_iterations) {
+  // M starts with entries of at most (p + 1) / 2 and, in exact arithmetic, its eigenvalues then
+  // stay in (0, 1]: max|M - I| stays below 1. An eigenvalue pushed below 0 by rounding (a
+  // rank-deficient or ill-conditioned A) grows in magnitude faster than exponentially instead.
+  // Stopping once the residual passes this bound ends a diverging run before its products
+  // overflow (Inf - Inf in a GEMM would raise FE_INVALID, and a NaN has no use to anyone).
+  const double diverged = 2.0 * (p + 1.0);
+  while (koptim::Impl::is_finite(err) && err > tolerance && err <= diverged && it < max_iterations) {
     ++it;
     Kokkos::parallel_for(
         "koptim::linalg::newton_step", Range(space, 0, nn), KOKKOS_LAMBDA(const int t) {
@@ -563,8 +574,9 @@ RootInfo newton_root(const ExecSpace& space, const LView& L, const XView& X, int
   }
   res.iterations   = it;
   res.newton_error = err;
-  if (!koptim::Impl::is_finite(err)) {
-    res.status = RootStatus::nonfinite_output;
+  if (!koptim::Impl::is_finite(err) || err > diverged) {
+    res.newton_converged = false;
+    res.status           = RootStatus::nonfinite_output;
     return res;
   }
   res.newton_converged = err <= tolerance;
@@ -709,15 +721,25 @@ std::vector<RootInfo> batched_inverse_root(const LView& L, const XView& X, const
     }
   }
   if (!general.empty() && options.method == RootMethod::coupled_newton) {
+    std::vector<int> diverged;
     for (int b : general) {
       results[b] = Impl::newton_root(space, L, X, b, Impl::newton_root_index(exponents[b]), rs,
                                      options.newton_max_iterations, options.newton_tolerance);
+      // The input is finite (classify() set non-finite factors apart): a non-finite iterate means
+      // the iteration diverged, which a rank-deficient or ill-conditioned factor does once its
+      // smallest eigenvalue plus epsilon is lost in rounding (epsilon = 1e-12 next to entries of
+      // order 1 in float). The eigendecomposition with its shift rule handles such factors.
+      if (results[b].status == RootStatus::nonfinite_output) diverged.push_back(b);
     }
-  } else if (!general.empty()) {
+    general = diverged;
+    for (int b : general) results[b].newton_fell_back = true;
+  }
+  if (!general.empty()) {
     const auto out = Impl::eigen_roots<T>(space, L, X, a, general, rs, use_lapack, options.jacobi);
     std::vector<int> retry;
     for (std::size_t g = 0; g < general.size(); ++g) {
       RootInfo& r   = results[general[g]];
+      r.status      = RootStatus::success;  // a Newton fallback arrives with Newton's status
       r.solver_info = out.info[g];
       r.iterations  = out.sweeps[g];
       if (out.info[g] != 0) {

@@ -675,14 +675,24 @@ class Trainer {
   // exactly (the seed that orders the batches, the timed wall time, the curve so far). Every rank
   // calls them; the file is written once, by all ranks together.
   void save(const std::string& path) const {
+    // Every rank must pass the same metadata: rank 0's timings and curve stand for the run.
+    std::string curve = curve_text();
+    double wall_s     = wall_s_;
+    if (comm_ && ranks_ > 1) {
+      long long n = static_cast<long long>(curve.size());
+      MPI_Bcast(&n, 1, MPI_LONG_LONG, 0, comm_->mpi_comm());
+      curve.resize(static_cast<std::size_t>(n));
+      MPI_Bcast(&curve[0], static_cast<int>(n), MPI_CHAR, 0, comm_->mpi_comm());
+      MPI_Bcast(&wall_s, 1, MPI_DOUBLE, 0, comm_->mpi_comm());
+    }
     koptim::io::SaveOptions o;
     o.comm                             = comm_;
     o.metadata.integers["seed"]        = static_cast<std::int64_t>(settings_.seed);
     o.metadata.integers["shards"]      = settings_.shards;
     o.metadata.integers["batch"]       = settings_.batch;
     o.metadata.integers["steps_timed"] = steps_timed_;
-    o.metadata.reals["wall_s"]         = wall_s_;
-    o.metadata.strings["curve"]        = curve_text();
+    o.metadata.reals["wall_s"]         = wall_s;
+    o.metadata.strings["curve"]        = curve;
     koptim::io::save_checkpoint(path, *optimizer_, o);
   }
   // Continues a run from a checkpoint of the same example, seed, batch and shards (the batch

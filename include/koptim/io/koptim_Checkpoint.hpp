@@ -85,8 +85,9 @@ struct LoadReport {
   std::vector<std::string> configuration_changes;
 };
 
-// Writes the checkpoint (collective). Throws koptim::Error on every rank, the previous file at
-// `path` untouched, when anything fails.
+// Writes the checkpoint (collective: every rank passes the same path and options, metadata
+// included; ranks that do not are refused with ConfigError). Throws koptim::Error on every rank,
+// the previous file at `path` untouched, when anything fails.
 void save_checkpoint(const std::string& path, const Optimizer& opt, const SaveOptions& options = {});
 
 // Restores the optimizer's state and (by default) the parameters from a checkpoint

@@ -111,7 +111,7 @@ TEST(Config, RejectsWrongTypes) {
   auto l = adamw();
   l.set("lr", std::string("fast"));
   expect_contains(config_error(l),
-                  {"key 'lr'", "fast", "wrong type, expected double", "allowed: a real in [0, inf)"});
+                  {"key 'lr'", "fast", "wrong type, expected double", "allowed: a real in [0, 1e+300)"});
   auto b = adamw();
   b.set("amsgrad", 1);
   expect_contains(config_error(b), {"key 'amsgrad'", "expected bool", "true or false"});
@@ -123,7 +123,7 @@ TEST(Config, RejectsWrongTypes) {
 TEST(Config, RejectsOutOfRangeValues) {
   auto l = adamw();
   l.set("lr", -0.1);
-  expect_contains(config_error(l), {"key 'lr'", "-0.1", "out of range", "[0, inf)"});
+  expect_contains(config_error(l), {"key 'lr'", "-0.1", "out of range", "[0, 1e+300)"});
   auto e = adamw();
   e.set("eps", -1e-8);
   expect_contains(config_error(e), {"key 'eps'", "= -1e-08", "[0, inf)"});
@@ -386,6 +386,44 @@ TEST(Config, ShampooOverrideKeysOutsideIntAreRefused) {
   l.sublist("inverse_exponent_override").set("order_2_dim_1", 0.0);
   l.sublist("inverse_exponent_override").set("order_999999", 0.5);
   EXPECT_EQ(config_error(l), "");
+}
+
+TEST(Config, MessagesShowValuesAsWrittenAndRangesThatAgree) {
+  // The bound in the message is the bound that refused the value.
+  auto l = adamw();
+  l.set("lr", 1e300);
+  expect_contains(config_error(l), {"key 'lr'", "= 1e+300 (double)", "allowed: a real in [0, 1e+300)"});
+  std::string direct;
+  try {
+    Fixture f;
+    koptim::CommonOptions c;
+    c.lr = 1e300;
+    koptim::AdamW opt(f.params, c, koptim::AdamOptions{});
+  } catch (const koptim::ConfigError& e) {
+    direct = e.what();
+  }
+  expect_contains(direct, {"lr = 1e+300 is not allowed; allowed: a real in [0, 1e+300)"});
+  // A real in its shortest round-trip form, not rounded to six decimals.
+  Teuchos::ParameterList s("koptim");
+  s.set("optimizer", std::string("Shampoo"));
+  s.set("pseudo_inverse", true);
+  expect_contains(config_error(s), {"needs epsilon = 0 (got epsilon = 1e-12)"});
+  auto g = adamw();
+  g.set("lr", 0.1);
+  g.set("weight_decay", -0.30000000000000004);
+  expect_contains(config_error(g), {"weight_decay' in list 'koptim' = -0.30000000000000004 (double)"});
+  // Integer ranges in full.
+  auto r = adamw();
+  r.sublist("lr_schedule").set("warmup_steps", -1);
+  expect_contains(config_error(r), {"an integer in [0, 2147483647]"});
+  // The reference prints defaults as they would be written.
+  std::ostringstream out;
+  koptim::print_parameter_reference(out);
+  const std::string ref = out.str();
+  EXPECT_NE(ref.find("| `betas` | Array(double) | `{0.9, 0.999}` |"), std::string::npos);
+  EXPECT_NE(ref.find("an integer in [1, 2147483647]"), std::string::npos);
+  EXPECT_EQ(ref.find("e+09"), std::string::npos);
+  EXPECT_EQ(ref.find("00000000000"), std::string::npos);
 }
 
 TEST(Config, PrintedDefaultsReadBack) {

@@ -47,8 +47,9 @@ void add(ParameterList& l, const std::string& key, const T& value, const std::st
 }
 
 void add_common(ParameterList& l, double lr, double weight_decay, const std::string& decay_doc) {
-  add(l, "lr", lr, "Learning rate (groups may override it).", V::real(0.0, inf, false, true));
-  add(l, "weight_decay", weight_decay, decay_doc + " (groups may override it).", V::real(0.0, inf, false, true));
+  // The bound of Optimizer's own check of lr and weight_decay (an update lr * g stays finite).
+  add(l, "lr", lr, "Learning rate (groups may override it).", V::real(0.0, 1e300, false, true));
+  add(l, "weight_decay", weight_decay, decay_doc + " (groups may override it).", V::real(0.0, 1e300, false, true));
   add(l, "nonfinite_gradient", std::string("error"),
       "What a NaN or Inf gradient does: error (throw, nothing changes), skip_step (skip the step, nothing changes) "
       "or unchecked (no check; fastest, a NaN then reaches the parameters).",

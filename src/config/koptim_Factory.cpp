@@ -10,13 +10,10 @@
 #include <koptim/shampoo/koptim_Shampoo.hpp>
 
 #include <Teuchos_XMLParameterListCoreHelpers.hpp>
-#include <Teuchos_YamlParameterListCoreHelpers.hpp>
 
-#include <fstream>
 #include <functional>
 #include <limits>
 #include <map>
-#include <regex>
 #include <sstream>
 
 namespace koptim {
@@ -50,8 +47,9 @@ void add(ParameterList& l, const std::string& key, const T& value, const std::st
 }
 
 void add_common(ParameterList& l, double lr, double weight_decay, const std::string& decay_doc) {
-  add(l, "lr", lr, "Learning rate (groups may override it).", V::real(0.0, inf, false, true));
-  add(l, "weight_decay", weight_decay, decay_doc + " (groups may override it).", V::real(0.0, inf, false, true));
+  // The bound of Optimizer's own check of lr and weight_decay (an update lr * g stays finite).
+  add(l, "lr", lr, "Learning rate (groups may override it).", V::real(0.0, 1e300, false, true));
+  add(l, "weight_decay", weight_decay, decay_doc + " (groups may override it).", V::real(0.0, 1e300, false, true));
   add(l, "nonfinite_gradient", std::string("error"),
       "What a NaN or Inf gradient does: error (throw, nothing changes), skip_step (skip the step, nothing changes) "
       "or unchecked (no check; fastest, a NaN then reaches the parameters).",
@@ -99,6 +97,28 @@ void add_adam_keys(ParameterList& l) {
   add(l, "amsgrad", false, "Use the running maximum of the second moment (AMSGrad).", V::boolean());
 }
 
+// The keys of inverse_exponent_override: order_K or order_K_dim_J, K and J decimal integers below
+// 10^6 (an order or a dimension index beyond is no tensor's). Parsed by hand: std::regex recurses
+// per character, and std::stoi throws std::out_of_range, on a long key.
+enum class Override { none, order, dim };
+Override override_key(const std::string& k, int& order, int& dim) {
+  std::size_t i = 0;
+  auto number   = [&](int& out) {
+    const std::size_t start = i;
+    out                     = 0;
+    while (i < k.size() && k[i] >= '0' && k[i] <= '9' && i - start < 6) out = out * 10 + (k[i++] - '0');
+    return i > start && !(i < k.size() && k[i] >= '0' && k[i] <= '9');
+  };
+  if (k.compare(0, 6, "order_") != 0) return Override::none;
+  i = 6;
+  if (!number(order)) return Override::none;
+  if (i == k.size()) return Override::order;
+  if (k.compare(i, 5, "_dim_") != 0) return Override::none;
+  i += 5;
+  if (!number(dim) || i != k.size()) return Override::none;
+  return Override::dim;
+}
+
 ShampooOptions shampoo_options(const ParameterList& l) {
   ShampooOptions o;
   const auto& b                = l.get<Teuchos::Array<double>>("betas");
@@ -138,7 +158,6 @@ ShampooOptions shampoo_options(const ParameterList& l) {
   o.rank_atol                                   = l.get<double>("rank_atol");
   o.num_tolerated_failed_amortized_computations = l.get<int>("num_tolerated_failed_amortized_computations");
   const ParameterList& ov                       = l.sublist("inverse_exponent_override");
-  static const std::regex order_re("order_([0-9]+)"), dim_re("order_([0-9]+)_dim_([0-9]+)");
   for (auto it = ov.begin(); it != ov.end(); ++it) {
     const std::string& k = ov.name(it);
     const auto& e        = ov.entry(it);
@@ -151,14 +170,15 @@ ShampooOptions shampoo_options(const ParameterList& l) {
       throw ConfigError("koptim: key 'inverse_exponent_override/" + k + "' = " + Impl::entry_value_string(e) +
                         " must be a real >= 0");
     }
-    std::smatch m;
-    if (std::regex_match(k, m, dim_re)) {
-      o.inverse_exponent_override_dim[{std::stoi(m[1]), std::stoi(m[2])}] = a;
-    } else if (std::regex_match(k, m, order_re)) {
-      o.inverse_exponent_override[std::stoi(m[1])] = a;
+    int order = 0, dim = 0;
+    const Override form = override_key(k, order, dim);
+    if (form == Override::dim) {
+      o.inverse_exponent_override_dim[{order, dim}] = a;
+    } else if (form == Override::order) {
+      o.inverse_exponent_override[order] = a;
     } else {
       throw ConfigError("koptim: unknown key 'inverse_exponent_override/" + k +
-                        "'; allowed: order_K or order_K_dim_J (K, J integers)");
+                        "'; allowed: order_K or order_K_dim_J (K, J integers below 1000000)");
     }
   }
   o.num_trainers_per_group = l.get<int>("num_trainers_per_group");
@@ -530,24 +550,6 @@ std::unique_ptr<Optimizer> create(const ParameterSet& params, const ParameterLis
   Teuchos::writeParameterListToXmlOStream(plain_copy(l), xml);
   Impl::set_configuration(*opt, xml.str());
   return opt;
-}
-
-RCP<ParameterList> read_parameter_list(const std::string& path) {
-  Impl::ScopedRegion region("koptim::read_parameter_list");
-  {
-    std::ifstream f(path);
-    if (!f) throw ConfigError("koptim: cannot open parameter-list file '" + path + "'");
-  }
-  auto ends_with = [&](const std::string& s) {
-    return path.size() >= s.size() && path.compare(path.size() - s.size(), s.size(), s) == 0;
-  };
-  try {
-    if (ends_with(".xml")) return Teuchos::getParametersFromXmlFile(path);
-    if (ends_with(".yaml") || ends_with(".yml")) return Teuchos::getParametersFromYamlFile(path);
-  } catch (const std::exception& ex) {
-    throw ConfigError("koptim: cannot parse parameter-list file '" + path + "': " + ex.what());
-  }
-  throw ConfigError("koptim: parameter-list file '" + path + "' must end in .xml, .yaml or .yml");
 }
 
 ParameterList default_parameter_list(const std::string& optimizer) {

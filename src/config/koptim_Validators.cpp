@@ -1,5 +1,7 @@
 #include <koptim/config/koptim_Validators.hpp>
 
+#include <koptim/core/koptim_Check.hpp>
+
 #include <Teuchos_StrUtils.hpp>
 
 #include <cmath>
@@ -9,16 +11,21 @@ namespace koptim {
 namespace Impl {
 
 namespace {
-std::string number(double v) {
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  std::ostringstream s;
-  s << v;
-  return s.str();
+// A bound: integers (the range of an int key) in full, reals in their shortest round-trip form.
+std::string number(double v, bool integer) {
+  if (integer && std::isfinite(v)) return std::to_string(static_cast<long long>(v));
+  return real_string(v);
 }
 }  // namespace
 
 std::string entry_value_string(const Teuchos::ParameterEntry& entry) {
   if (entry.isType<bool>()) return Teuchos::getValue<bool>(entry) ? "true" : "false";
+  if (entry.isType<double>()) return real_string(Teuchos::getValue<double>(entry));
+  if (entry.isType<Teuchos::Array<double>>()) {
+    std::string s = "{";
+    for (double v : Teuchos::getValue<Teuchos::Array<double>>(entry)) s += (s.size() > 1 ? ", " : "") + real_string(v);
+    return s + "}";
+  }
   std::ostringstream s;
   s << entry.getAny(false);
   return s.str();
@@ -85,8 +92,8 @@ std::string KeyValidator::type_name() const {
 
 std::string KeyValidator::allowed() const {
   std::ostringstream s;
-  const std::string range =
-      std::string(lo_open_ ? "(" : "[") + number(lo_) + ", " + number(hi_) + (hi_open_ ? ")" : "]");
+  const std::string range = std::string(lo_open_ ? "(" : "[") + number(lo_, kind_ == Kind::integer) + ", " +
+                            number(hi_, kind_ == Kind::integer) + (hi_open_ ? ")" : "]");
   switch (kind_) {
     case Kind::real:
       s << "a real in " << range;

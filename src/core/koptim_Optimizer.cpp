@@ -1,4 +1,5 @@
 #include <koptim/comm/koptim_Communicator.hpp>
+#include <koptim/core/koptim_Check.hpp>
 #include <koptim/core/koptim_Math.hpp>
 #include <koptim/core/koptim_Optimizer.hpp>
 #include <koptim/core/koptim_Profiling.hpp>
@@ -18,7 +19,8 @@ Optimizer::Optimizer(std::string name, ParameterSet params, CommonOptions common
   auto check = [&](double v, const char* key, const std::string& where) {
     if (!(v >= 0.0 && v < 1e300)) {
       std::ostringstream s;
-      s << "koptim::" << name_ << ": " << where << key << " = " << v << " is not allowed; allowed: a finite value >= 0";
+      s << "koptim::" << name_ << ": " << where << key << " = " << Impl::real_string(v)
+        << " is not allowed; allowed: a real in [0, 1e+300)";
       throw ConfigError(s.str());
     }
   };

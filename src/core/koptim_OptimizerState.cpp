@@ -1,12 +1,18 @@
 #include <koptim/core/koptim_OptimizerState.hpp>
 
 #include <cstring>
+#include <limits>
 
 namespace koptim {
 
 std::int64_t StateTensor::size() const {
+  // A shape read from outside (import_state, a checkpoint) may hold anything: a negative
+  // dimension or a product beyond int64 gives -1, which matches no tensor and is refused.
   std::int64_t n = 1;
-  for (auto e : shape) n *= e;
+  for (auto e : shape) {
+    if (e < 0 || (e != 0 && n > std::numeric_limits<std::int64_t>::max() / e)) return -1;
+    n *= e;
+  }
   return n;
 }
 

@@ -1,3 +1,4 @@
+#include <koptim/core/koptim_Check.hpp>
 #include <koptim/core/koptim_ParameterSet.hpp>
 #include <koptim/core/koptim_Profiling.hpp>
 
@@ -24,8 +25,8 @@ int ParameterSet::add_group(const std::string& name, const GroupOptions& options
   auto check = [&](const std::optional<double>& v, const char* key) {
     if (v && !(*v >= 0.0 && *v < 1e300)) {
       std::ostringstream s;
-      s << "koptim::ParameterSet::add_group: group '" << name << "': " << key << " = " << *v
-        << " is not allowed; allowed: a finite value >= 0";
+      s << "koptim::ParameterSet::add_group: group '" << name << "': " << key << " = " << Impl::real_string(*v)
+        << " is not allowed; allowed: a real in [0, 1e+300)";
       throw ConfigError(s.str());
     }
   };

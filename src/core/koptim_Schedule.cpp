@@ -1,3 +1,4 @@
+#include <koptim/core/koptim_Check.hpp>
 #include <koptim/core/koptim_Schedule.hpp>
 #include <koptim/core/koptim_Error.hpp>
 
@@ -16,7 +17,7 @@ void require(bool ok, const std::string& what) {
 LRSchedule LRSchedule::cosine(std::int64_t total_steps, double min_lr_factor) {
   require(total_steps >= 1, "total_steps = " + std::to_string(total_steps) + " is not allowed; allowed: >= 1");
   require(min_lr_factor >= 0.0 && min_lr_factor <= 1.0,
-          "min_lr_factor = " + std::to_string(min_lr_factor) + " is not allowed; allowed: [0, 1]");
+          "min_lr_factor = " + Impl::real_string(min_lr_factor) + " is not allowed; allowed: [0, 1]");
   LRSchedule s;
   s.decay_         = Decay::cosine;
   s.total_steps_   = total_steps;
@@ -32,7 +33,7 @@ LRSchedule LRSchedule::linear(std::int64_t total_steps, double min_lr_factor) {
 
 LRSchedule LRSchedule::step(std::int64_t step_size, double gamma) {
   require(step_size >= 1, "step_size = " + std::to_string(step_size) + " is not allowed; allowed: >= 1");
-  require(gamma > 0.0 && gamma <= 1.0, "gamma = " + std::to_string(gamma) + " is not allowed; allowed: (0, 1]");
+  require(gamma > 0.0 && gamma <= 1.0, "gamma = " + Impl::real_string(gamma) + " is not allowed; allowed: (0, 1]");
   LRSchedule s;
   s.decay_     = Decay::step;
   s.step_size_ = step_size;

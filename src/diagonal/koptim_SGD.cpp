@@ -64,7 +64,8 @@ SGD::SGD(ParameterSet params, CommonOptions common, SGDOptions options, std::sha
   Impl::require_range("SGD", "dampening", options_.dampening, 0.0, 1.0);
   if (options_.nesterov && (options_.momentum <= 0.0 || options_.dampening != 0.0)) {
     throw ConfigError("koptim::SGD: nesterov = true needs momentum > 0 and dampening = 0 (got momentum = " +
-                      std::to_string(options_.momentum) + ", dampening = " + std::to_string(options_.dampening) + ")");
+                      Impl::real_string(options_.momentum) + ", dampening = " + Impl::real_string(options_.dampening) +
+                      ")");
   }
 }
 

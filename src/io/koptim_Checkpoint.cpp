@@ -13,6 +13,7 @@
 #include <koptim/io/koptim_Checkpoint.hpp>
 
 #include <koptim/comm/koptim_Communicator.hpp>
+#include <koptim/config/koptim_Factory.hpp>
 #include <koptim/core/koptim_Profiling.hpp>
 
 #include <koptim_config.hpp>
@@ -747,7 +748,8 @@ void flatten(const Teuchos::ParameterList& l, const std::string& prefix, std::ma
 }
 std::map<std::string, std::string> flat_configuration(const std::string& xml) {
   std::map<std::string, std::string> out;
-  if (!xml.empty()) flatten(*Teuchos::getParametersFromXmlString(xml), "", out);
+  // Through koptim's reader: Teuchos' own throws its exceptions on a damaged file.
+  if (!xml.empty()) flatten(*parameter_list_from_string(xml, "xml", "configuration"), "", out);
   return out;
 }
 
@@ -1214,7 +1216,12 @@ LoadReport load_checkpoint(const std::string& path, Optimizer& opt, const LoadOp
     }
 
     // Does it fit? A structural mismatch names the configuration keys that differ.
-    const auto changes = configuration_changes(saved_xml, opt.configuration());
+    std::vector<std::string> changes;
+    try {
+      changes = configuration_changes(saved_xml, opt.configuration());
+    } catch (const ConfigError& e) {
+      throw StateError(where + "the checkpoint's configuration cannot be read (a damaged file?): " + e.what());
+    }
     try {
       opt.check_state(state);
     } catch (const StateError& e) {

@@ -852,8 +852,8 @@ Shampoo::Shampoo(ParameterSet params, CommonOptions common, ShampooOptions optio
     Impl::require_range("Shampoo", "grafting_beta2", o.grafting_beta2, 0.0, 1.0, false, true);
   Impl::require_range("Shampoo", "grafting_epsilon", o.grafting_epsilon, 0.0, inf, false, true);
   if (o.pseudo_inverse && o.epsilon != 0.0) {
-    throw ConfigError(
-        "koptim::Shampoo: pseudo_inverse = true needs epsilon = 0 (got epsilon = " + std::to_string(o.epsilon) + ")");
+    throw ConfigError("koptim::Shampoo: pseudo_inverse = true needs epsilon = 0 (got epsilon = " +
+                      Impl::real_string(o.epsilon) + ")");
   }
   if (o.use_nesterov && o.momentum <= 0.0) {
     throw ConfigError("koptim::Shampoo: use_nesterov = true needs momentum > 0");

@@ -16,6 +16,7 @@
 #include <Teuchos_ParameterList.hpp>
 #include <Teuchos_RCP.hpp>
 
+#include <cstddef>
 #include <iosfwd>
 #include <memory>
 #include <string>
@@ -45,8 +46,24 @@ std::unique_ptr<Optimizer> create(const ParameterSet& params, const Teuchos::Par
 std::unique_ptr<Optimizer> create(const ParameterSet& params, const Teuchos::ParameterList& list,
                                   std::shared_ptr<comm::Communicator> comm);
 
-// Reads a parameter list from an XML (.xml) or YAML (.yaml, .yml) file with Teuchos' readers.
+// Reads a parameter list from an XML (.xml) or YAML (.yaml, .yml) file with Teuchos' readers,
+// after a strict check of the text: every value is used exactly as written or the file is
+// refused with a ConfigError naming the line or key. Refused: a YAML key indented between two
+// levels or outside the top-level list (which Teuchos would drop); an XML value that is not
+// exactly of its type ("0.01abc", "", "7abc" for an int, "{0.9x}" for an array; reals in decimal
+// notation, within the range of a double); a key given twice; a type other than double, int,
+// bool, string and Array(double); files larger than max_yaml_bytes or max_xml_bytes.
 Teuchos::RCP<Teuchos::ParameterList> read_parameter_list(const std::string& path);
+
+// The same from text in memory; format is "xml" or "yaml"; source names it in messages.
+Teuchos::RCP<Teuchos::ParameterList> parameter_list_from_string(const std::string& text, const std::string& format,
+                                                                const std::string& source = "");
+
+// Size limits of parameter-list text. Teuchos' YAML reader takes time quadratic in the length of
+// a value (a 250 KB value: about 20 s), so YAML is limited to 64 KiB (worst case well under a
+// second); XML is read in linear time and limited to 1 MiB. Parameter lists are a few KB.
+inline constexpr std::size_t max_yaml_bytes = 64 * 1024;
+inline constexpr std::size_t max_xml_bytes  = 1024 * 1024;
 
 // The defaults of an optimizer as a plain list (no validators), ready to be written to a file.
 Teuchos::ParameterList default_parameter_list(const std::string& optimizer);

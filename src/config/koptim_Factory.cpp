@@ -51,8 +51,9 @@ void add_common(ParameterList& l, double lr, double weight_decay, const std::str
   add(l, "lr", lr, "Learning rate (groups may override it).", V::real(0.0, 1e300, false, true));
   add(l, "weight_decay", weight_decay, decay_doc + " (groups may override it).", V::real(0.0, 1e300, false, true));
   add(l, "nonfinite_gradient", std::string("error"),
-      "What a NaN or Inf gradient does: error (throw, nothing changes), skip_step (skip the step, nothing changes) "
-      "or unchecked (no check; fastest, a NaN then reaches the parameters).",
+      "What a gradient with a NaN or Inf (or, except for SGD, a value whose square overflows its type) does: error "
+      "(throw, nothing changes), skip_step (skip the step, nothing changes) or unchecked (no check; fastest, a NaN "
+      "then reaches the parameters).",
       V::choice({"error", "skip_step", "unchecked"}));
   ParameterList& s = l.sublist("lr_schedule", false, "Learning-rate schedule: a factor on every group's lr.");
   add(s, "type", std::string("constant"),

@@ -696,8 +696,9 @@ std::pair<std::vector<std::string>, std::string> location_of(const ParameterSet&
 }
 
 std::vector<hsize_t> chunk_of(const std::vector<std::int64_t>& shape, std::size_t element_bytes) {
-  // Chunks of at most ~4 MiB that span the innermost dimensions first.
-  std::int64_t budget = std::max<std::int64_t>(1, (std::int64_t{4} << 20) / static_cast<std::int64_t>(element_bytes));
+  // Chunks of at most ~1 MiB that span the innermost dimensions first (small enough that a
+  // tensor's chunks are shared among the ranks that write it).
+  std::int64_t budget = std::max<std::int64_t>(1, (std::int64_t{1} << 20) / static_cast<std::int64_t>(element_bytes));
   std::vector<hsize_t> c(shape.size());
   for (std::size_t j = shape.size(); j-- > 0;) {
     const std::int64_t e = std::min<std::int64_t>(shape[j], std::max<std::int64_t>(1, budget));
@@ -726,6 +727,42 @@ Handle create_dataset(hid_t group, const std::string& name, ScalarType dtype, co
   return {ok(H5Dcreate2(group, name.c_str(), file_type(dtype), space, H5P_DEFAULT, dcpl, H5P_DEFAULT),
              "cannot create dataset " + where),
           H5Dclose};
+}
+
+// A tensor one rank holds whole, written by all: its holder scatters chunk-aligned shares to
+// every rank, and each rank filters and writes its own chunks in the one collective call. (HDF5
+// writes a filtered dataset collectively only, one call per dataset; with the holder alone
+// writing, the ranks would take turns.) False, having done nothing, when the tensor is too small
+// to share or a share would exceed MPI's int counts.
+bool write_shared(const Ranks& r, hid_t d, const Entry& e, const std::map<std::string, StateTensor>& tensors,
+                  const std::string& key, hid_t xfer, const std::string& what) {
+  const std::int64_t n = product(e.shape), esize = static_cast<std::int64_t>(size_of(e.dtype));
+  if (e.shape.empty() || n == 0 || n * esize > (std::int64_t{1} << 30)) return false;
+  const auto chunk  = chunk_of(e.shape, static_cast<std::size_t>(esize));
+  std::int64_t unit = 1;  // elements per chunk when chunks span all but the first dimension
+  bool spans        = true;
+  for (std::size_t j = 0; j < chunk.size(); ++j) {
+    unit *= static_cast<std::int64_t>(chunk[j]);
+    spans = spans && (j == 0 || static_cast<std::int64_t>(chunk[j]) == e.shape[j]);
+  }
+  if (!spans) unit = 1;
+  const int size = r.size(), owner = e.parts[0].rank;
+  if (n / unit < size) return false;  // fewer chunks than ranks: not worth a scatter
+  auto share = [&](int k) { return k == size ? n : (n * k / size) / unit * unit; };
+  std::vector<int> counts(static_cast<std::size_t>(size)), displs(static_cast<std::size_t>(size));
+  std::size_t calls = 0;
+  for (int k = 0; k < size; ++k) {
+    counts[static_cast<std::size_t>(k)] = static_cast<int>((share(k + 1) - share(k)) * esize);
+    displs[static_cast<std::size_t>(k)] = static_cast<int>(share(k) * esize);
+    calls = std::max(calls, transfers_of(e.shape, share(k), share(k + 1) - share(k)).size());
+  }
+  const std::int64_t lo = share(r.rank()), hi = share(r.rank() + 1);
+  std::vector<unsigned char> mine(static_cast<std::size_t>((hi - lo) * esize));
+  const unsigned char* from = r.rank() == owner ? tensors.at(key).data.data() : nullptr;
+  MPI_Scatterv(from, counts.data(), displs.data(), MPI_BYTE, mine.data(), counts[static_cast<std::size_t>(r.rank())],
+               MPI_BYTE, owner, r.comm->mpi_comm());
+  transfer(true, d, e.dtype, e.shape, mine.data(), lo, hi - lo, calls, xfer, what);
+  return true;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1039,6 +1076,8 @@ void save_checkpoint(const std::string& path, const Optimizer& opt, const SaveOp
         const std::string dname = gname + "/" + loc.second;
         Handle d                = create_dataset(g, loc.second, e.dtype, e.shape, dname);
         count_dataset();
+        if (r.parallel() && e.parts.size() == 1 && write_shared(r, d, e, state.tensors, kv.first, xfer, where + dname))
+          continue;
         const Part* mine  = nullptr;
         std::size_t calls = 0;
         for (const auto& p : e.parts) {

@@ -1,6 +1,7 @@
 // A NaN or Inf gradient: "error" throws naming the parameter and changes nothing; "skip_step"
 // skips the step and changes nothing; the next finite step proceeds normally.
 #include "koptim_TestData.hpp"
+#include "koptim_TestOptimizers.hpp"
 #include "koptim_TestTensor.hpp"
 
 #include <koptim/koptim.hpp>
@@ -15,15 +16,6 @@ using koptim_test::TestTensor;
 
 class NonFinite : public ::testing::TestWithParam<std::string> {};
 
-std::unique_ptr<koptim::Optimizer> make(const koptim::ParameterSet& p, const std::string& optimizer,
-                                        const std::string& policy) {
-  Teuchos::ParameterList l;
-  l.set("optimizer", optimizer);
-  l.set("lr", 0.01);
-  l.set("nonfinite_gradient", policy);
-  return koptim::create(p, l);
-}
-
 TEST_P(NonFinite, ErrorNamesParameterAndChangesNothing) {
   for (double bad : {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity(),
                      -std::numeric_limits<double>::infinity()}) {
@@ -33,7 +25,7 @@ TEST_P(NonFinite, ErrorNamesParameterAndChangesNothing) {
     b.add_to(params, "layer.b");
     a.set(false, [](std::int64_t i) { return koptim_test::value(3, 0, 0, i); });
     b.set(false, [](std::int64_t i) { return koptim_test::value(3, 1, 0, i); });
-    auto opt = make(params, GetParam(), "error");
+    auto opt = koptim_test::make_with_policy(params, GetParam(), "error");
     a.set(true, [](std::int64_t i) { return koptim_test::value(3, 0, 1, i); });
     b.set(true, [](std::int64_t i) { return koptim_test::value(3, 1, 1, i); });
     opt->step();
@@ -59,7 +51,7 @@ TEST_P(NonFinite, SkipStepSkipsAndContinues) {
   TestTensor<double> a({3, 5}, "a");
   koptim::ParameterSet params;
   a.add_to(params, "a");
-  auto opt = make(params, GetParam(), "skip_step");
+  auto opt = koptim_test::make_with_policy(params, GetParam(), "skip_step");
   a.set(true, [](std::int64_t i) { return i == 7 ? std::numeric_limits<double>::quiet_NaN() : 1.0; });
   const auto state = opt->export_state();
   opt->step();

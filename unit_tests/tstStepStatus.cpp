@@ -1,4 +1,5 @@
 // Optimizer::last_step_status(): what the last step() did, for every optimizer.
+#include "koptim_TestOptimizers.hpp"
 #include "koptim_TestTensor.hpp"
 
 #include <koptim/koptim.hpp>
@@ -13,15 +14,6 @@ namespace {
 
 using koptim_test::TestTensor;
 
-std::unique_ptr<koptim::Optimizer> make(const koptim::ParameterSet& p, const std::string& optimizer,
-                                        const std::string& policy) {
-  Teuchos::ParameterList l;
-  l.set("optimizer", optimizer);
-  l.set("lr", 0.01);
-  l.set("nonfinite_gradient", policy);
-  return koptim::create(p, l);
-}
-
 class StepStatus : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(StepStatus, TakenSkippedAndRefused) {
@@ -29,7 +21,7 @@ TEST_P(StepStatus, TakenSkippedAndRefused) {
   koptim::ParameterSet params;
   a.add_to(params, "a");
   b.add_to(params, "b");
-  auto opt = make(params, GetParam(), "skip_step");
+  auto opt = koptim_test::make_with_policy(params, GetParam(), "skip_step");
   EXPECT_FALSE(opt->last_step_status().taken);
   EXPECT_EQ(opt->last_step_status().step, 0);
   a.set(true, [](std::int64_t i) { return 0.1 * static_cast<double>(i + 1); });
@@ -73,7 +65,7 @@ TEST_P(StepStatus, FilledWhenStepThrows) {
   TestTensor<double> a({3, 5}, "a");
   koptim::ParameterSet params;
   a.add_to(params, "a");
-  auto opt = make(params, GetParam(), "error");
+  auto opt = koptim_test::make_with_policy(params, GetParam(), "error");
   a.set(true, [](std::int64_t i) { return i == 7 ? std::numeric_limits<double>::infinity() : 1.0; });
   EXPECT_THROW(opt->step(), koptim::NonFiniteError);
   const auto s = opt->last_step_status();

@@ -7,7 +7,8 @@
 //
 //   KOPTIM_PERF_DIR=/some/disk mpiexec -n 1 ./koptim_perf_checkpoint --benchmark_format=json
 //   KOPTIM_PERF_DIR=/some/disk mpiexec -n 2 --oversubscribe ./koptim_perf_checkpoint
-// (KOPTIM_PERF_DIR defaults to the current directory; the files are removed at the end;
+// (KOPTIM_PERF_DIR defaults to the current directory; the files are removed at the end, so
+// --benchmark_repetitions=5 works;
 // KOPTIM_PERF_WIDTH=64 makes the ctest smoke run small.)
 #include "koptim_PerfModels.hpp"
 
@@ -58,6 +59,12 @@ struct Setup {
     for (int s = 0; s < 2; ++s) opt->step();
     payload = world()->sum(static_cast<long long>(opt->state_bytes())) +
               static_cast<std::int64_t>(4 * mlp.params.num_elements());
+  }
+  // The files stay for every repetition (--benchmark_repetitions) and go with the setup.
+  ~Setup() {
+    MPI_Barrier(MPI_COMM_WORLD);
+    std::remove((dir() + "/koptim_perf_plain_" + std::to_string(world()->rank()) + ".bin").c_str());
+    if (world()->rank() == 0) std::remove((dir() + "/koptim_perf_checkpoint.h5").c_str());
   }
 };
 // Built once, by the first benchmark that runs; freed before Kokkos is finalized.
@@ -115,7 +122,6 @@ void BM_PlainRead(benchmark::State& state) {
     if (!f || std::fread(bytes.data(), 1, bytes.size(), f) != bytes.size()) state.SkipWithError("plain read failed");
     if (f) std::fclose(f);
   });
-  std::remove(path.c_str());
 }
 
 // The in-memory part of a save: the optimizer's state copied to host buffers.
@@ -132,8 +138,6 @@ void BM_SaveCheckpoint(benchmark::State& state) {
 void BM_LoadCheckpoint(benchmark::State& state) {
   auto& s = setup();
   timed(state, s.payload, [&] { koptim::io::load_checkpoint(dir() + "/koptim_perf_checkpoint.h5", *s.opt); });
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (world()->rank() == 0) std::remove((dir() + "/koptim_perf_checkpoint.h5").c_str());
 }
 
 BENCHMARK(BM_PlainWriteFsync)->Iterations(3)->UseManualTime()->Unit(benchmark::kMillisecond);

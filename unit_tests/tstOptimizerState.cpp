@@ -75,6 +75,37 @@ TEST_P(StateRoundTrip, ResumesBitwise) {
 
 INSTANTIATE_TEST_SUITE_P(AllDiagonal, StateRoundTrip, ::testing::Values("SGD", "AdaGrad", "RMSProp", "Adam", "AdamW"));
 
+// The checkpoint writer's export (Impl::BorrowState): the same state as a copy, in place where the
+// host can read the optimizer's memory (nothing copied), and a copy again once the scope ends.
+TEST(StateExport, BorrowedEqualsTheCopy) {
+  constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, koptim::MemorySpace>::accessible;
+  for (const std::string name : {"SGD", "AdaGrad", "RMSProp", "Adam", "AdamW", "Shampoo", "Gefen"}) {
+    SCOPED_TRACE(name);
+    Model m;
+    auto opt = make(m.params, name);
+    for (int s = 1; s <= 3; ++s) {
+      m.gradients(s);
+      opt->step();
+    }
+    const auto copied = opt->export_state();
+    koptim::OptimizerState borrowed;
+    {
+      koptim::Impl::BorrowState borrow;
+      EXPECT_TRUE(koptim::Impl::BorrowState::active());
+      borrowed = opt->export_state();
+    }
+    EXPECT_FALSE(koptim::Impl::BorrowState::active());
+    EXPECT_TRUE(borrowed == copied);
+    // Every tensor is lent on a host backend but Gefen's codebook, which lives in host memory
+    // apart from the Views (a copy of 1 KiB); none on a device backend.
+    for (const auto& kv : borrowed.tensors) {
+      EXPECT_EQ(kv.second.borrowed != nullptr, host && kv.first != "codebook") << kv.first;
+      if (kv.second.borrowed) EXPECT_TRUE(kv.second.data.empty()) << kv.first;
+    }
+    for (const auto& kv : opt->export_state().tensors) EXPECT_EQ(kv.second.borrowed, nullptr) << kv.first;
+  }
+}
+
 TEST(StateImport, RejectsWhatDoesNotFitAndChangesNothing) {
   Model m;
   auto opt = make(m.params, "AdamW");

@@ -16,6 +16,10 @@ std::int64_t StateTensor::size() const {
   return n;
 }
 
+std::size_t StateTensor::num_bytes() const {
+  return borrowed ? static_cast<std::size_t>(size()) * size_of(dtype) : data.size();
+}
+
 bool OptimizerState::operator==(const OptimizerState& o) const {
   if (optimizer != o.optimizer || integers != o.integers || reals != o.reals) return false;
   if (tensors.size() != o.tensors.size()) return false;
@@ -23,13 +27,22 @@ bool OptimizerState::operator==(const OptimizerState& o) const {
     auto it = o.tensors.find(kv.first);
     if (it == o.tensors.end()) return false;
     const auto &a = kv.second, &b = it->second;
-    if (a.dtype != b.dtype || a.shape != b.shape || a.data != b.data || a.whole != b.whole || a.offset != b.offset)
+    if (a.dtype != b.dtype || a.shape != b.shape || a.whole != b.whole || a.offset != b.offset ||
+        a.num_bytes() != b.num_bytes() || (a.num_bytes() > 0 && std::memcmp(a.bytes(), b.bytes(), a.num_bytes()) != 0))
       return false;
   }
   return true;
 }
 
 namespace Impl {
+
+namespace {
+thread_local bool borrowing = false;
+}
+
+BorrowState::BorrowState() : previous_(borrowing) { borrowing = true; }
+BorrowState::~BorrowState() { borrowing = previous_; }
+bool BorrowState::active() { return borrowing; }
 
 Buffer::Buffer(const std::string& label, ScalarType dtype, std::int64_t n, double fill) : dtype_(dtype), n_(n) {
   if (dtype == ScalarType::float32) {
@@ -45,7 +58,7 @@ StateTensor Buffer::to_state(const std::vector<std::int64_t>& shape) const {
   StateTensor t;
   t.dtype = dtype_;
   t.shape = shape;
-  dispatch(dtype_, [&](auto zero) { copy_to_bytes(view<decltype(zero)>(), t.data); });
+  dispatch(dtype_, [&](auto zero) { set_bytes(t, view<decltype(zero)>()); });
   return t;
 }
 

@@ -785,10 +785,7 @@ void Gefen::export_tensors(OptimizerState& state) const {
     StateTensor ix;
     ix.dtype = ScalarType::uint8;
     ix.shape = ps[i].param.shape;
-    ix.data.resize(static_cast<std::size_t>(L.n));
-    Kokkos::deep_copy(Kokkos::View<std::uint8_t*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
-                          reinterpret_cast<std::uint8_t*>(ix.data.data()), ix.data.size()),
-                      t.idx);
+    Impl::set_bytes(ix, t.idx);
     state.tensors[name + "/indices"] = std::move(ix);
     state.tensors[name + "/absmax"]  = t.absmax.to_state({L.scale_blocks});
     if (L.kind == GefenSecondMoment::factored) {

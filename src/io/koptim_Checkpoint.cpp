@@ -758,7 +758,7 @@ bool write_shared(const Ranks& r, hid_t d, const Entry& e, const std::map<std::s
   }
   const std::int64_t lo = share(r.rank()), hi = share(r.rank() + 1);
   std::vector<unsigned char> mine(static_cast<std::size_t>((hi - lo) * esize));
-  const unsigned char* from = r.rank() == owner ? tensors.at(key).data.data() : nullptr;
+  const unsigned char* from = r.rank() == owner ? tensors.at(key).bytes() : nullptr;
   MPI_Scatterv(from, counts.data(), displs.data(), MPI_BYTE, mine.data(), counts[static_cast<std::size_t>(r.rank())],
                MPI_BYTE, owner, r.comm->mpi_comm());
   transfer(true, d, e.dtype, e.shape, mine.data(), lo, hi - lo, calls, xfer, what);
@@ -851,17 +851,20 @@ void check_metadata(const Metadata& m) {
   }
 }
 
-// The host copy of a parameter's elements [offset, offset + count) in memory order.
-std::vector<unsigned char> parameter_bytes(const TensorRef& t, std::int64_t offset, std::int64_t count) {
-  std::vector<unsigned char> out(static_cast<std::size_t>(count) * size_of(t.dtype));
-  if (count == 0) return out;
-  dispatch(t.dtype, [&](auto zero) {
-    using T = decltype(zero);
-    Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged> > h(reinterpret_cast<T*>(out.data()),
-                                                                                    count);
-    Kokkos::deep_copy(h, Kokkos::subview(t.flat<T>(), std::make_pair(offset, offset + count)));
-  });
-  return out;
+// A parameter's elements [offset, offset + count) in memory order where the host reads them: in
+// place when it can, else copied into `copy`.
+const unsigned char* parameter_bytes(const TensorRef& t, std::int64_t offset, std::int64_t count,
+                                     std::vector<unsigned char>& copy) {
+  StateTensor bytes;
+  {
+    koptim::Impl::BorrowState borrow;
+    dispatch(t.dtype, [&](auto zero) {
+      using T = decltype(zero);
+      koptim::Impl::set_bytes(bytes, Kokkos::subview(t.flat<T>(), std::make_pair(offset, offset + count)));
+    });
+  }
+  copy = std::move(bytes.data);
+  return bytes.borrowed ? bytes.borrowed : copy.data();
 }
 
 std::string layout_of(const TensorRef& t) { return t.layout_right ? "right" : "left"; }
@@ -959,6 +962,9 @@ void save_checkpoint(const std::string& path, const Optimizer& opt, const SaveOp
                         "the same");
     if (path.empty()) throw ConfigError(where + "the path is empty");
     check_metadata(options.metadata);
+    // The state where the host can read it in place (no copy); the optimizer does not change
+    // before the save returns.
+    koptim::Impl::BorrowState borrow;
     state = opt.export_state();
   });
   r.together([&] { plan = plan_of(all_gather_bytes(r, manifest_of(state))); });
@@ -1053,9 +1059,9 @@ void save_checkpoint(const std::string& path, const Optimizer& opt, const SaveOp
         Handle d = create_dataset(g, "value", p.param.dtype, p.param.shape, gname + "/value");
         count_dataset();
         const std::int64_t lo = share(r.rank()), hi = share(r.rank() + 1);
-        auto bytes = parameter_bytes(p.param, lo, hi - lo);
-        transfer(true, d, p.param.dtype, p.param.shape, bytes.data(), lo, hi - lo, calls, xfer,
-                 where + gname + "/value");
+        std::vector<unsigned char> copy;
+        auto* bytes = const_cast<unsigned char*>(parameter_bytes(p.param, lo, hi - lo, copy));
+        transfer(true, d, p.param.dtype, p.param.shape, bytes, lo, hi - lo, calls, xfer, where + gname + "/value");
       }
 
       // The state entries, in key order on every rank.
@@ -1085,7 +1091,7 @@ void save_checkpoint(const std::string& path, const Optimizer& opt, const SaveOp
           calls = std::max(calls, transfers_of(e.shape, p.offset, p.count).size());
         }
         // (The tensor is only read; HDF5's write takes a non-const pointer.)
-        auto* data = mine ? const_cast<unsigned char*>(state.tensors.at(kv.first).data.data()) : nullptr;
+        auto* data = mine ? const_cast<unsigned char*>(state.tensors.at(kv.first).bytes()) : nullptr;
         transfer(true, d, e.dtype, e.shape, data, mine ? mine->offset : 0, mine ? mine->count : 0, calls, xfer,
                  where + dname);
       }

@@ -700,7 +700,7 @@ void ShampooBlocks<T>::export_tensors(OptimizerState& s) const {
     StateTensor st;
     st.dtype = scalar_type_of<T>();
     st.shape = shape;
-    Impl::copy_to_bytes(v, st.data);
+    Impl::set_bytes(st, v);
     s.tensors[k] = std::move(st);
   };
   const bool roots                                                                                       = roots_ready_;

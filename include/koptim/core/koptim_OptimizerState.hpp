@@ -22,8 +22,15 @@ struct StateTensor {
   // shape `whole` in its memory order (shape is then {size()}). Empty `whole`: not a slice.
   std::vector<std::int64_t> whole;
   std::int64_t offset = 0;
+  // Set only by an export inside Impl::BorrowState (the checkpoint writer): the optimizer's own
+  // host-readable memory in place of a copy, `data` then empty; valid while the optimizer is
+  // unchanged. export_state() outside that scope always copies.
+  const unsigned char* borrowed = nullptr;
 
   std::int64_t size() const;
+  // The elements' bytes, copied or borrowed.
+  const unsigned char* bytes() const { return borrowed ? borrowed : data.data(); }
+  std::size_t num_bytes() const;
 };
 
 struct OptimizerState {
@@ -37,19 +44,40 @@ struct OptimizerState {
 
 namespace Impl {
 
+// While an instance lives, export_state() on this thread lends memory the host can read instead
+// of copying it (StateTensor::borrowed), for a reader that is done before the optimizer changes.
+class BorrowState {
+ public:
+  BorrowState();
+  ~BorrowState();
+  BorrowState(const BorrowState&)            = delete;
+  BorrowState& operator=(const BorrowState&) = delete;
+  static bool active();
+
+ private:
+  bool previous_;
+};
+
 // The elements of a contiguous 1-D View as a state tensor's bytes. From memory the host can read,
-// one pass (no zero-filling of the bytes first); otherwise through a host copy.
+// one pass (no zero-filling of the bytes first), or no copy at all inside BorrowState; otherwise
+// through a host copy.
 template <class T, class... P>
-void copy_to_bytes(const Kokkos::View<T*, P...>& v, std::vector<unsigned char>& out) {
+void set_bytes(StateTensor& t, const Kokkos::View<T*, P...>& v) {
   using Space = typename Kokkos::View<T*, P...>::memory_space;
+  t.borrowed  = nullptr;
   if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, Space>::accessible) {
     Kokkos::fence();  // the kernels that wrote v
     const auto* p = reinterpret_cast<const unsigned char*>(v.data());
-    out.assign(p, p + v.size() * sizeof(T));
+    if (BorrowState::active() && v.size() > 0) {
+      t.data.clear();
+      t.borrowed = p;
+      return;
+    }
+    t.data.assign(p, p + v.size() * sizeof(T));
   } else {
-    out.resize(v.size() * sizeof(T));
+    t.data.resize(v.size() * sizeof(T));
     Kokkos::View<std::remove_const_t<T>*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> h(
-        reinterpret_cast<std::remove_const_t<T>*>(out.data()), v.size());
+        reinterpret_cast<std::remove_const_t<T>*>(t.data.data()), v.size());
     Kokkos::deep_copy(h, v);
   }
 }

@@ -19,6 +19,7 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -65,6 +66,7 @@ struct Setup {
     MPI_Barrier(MPI_COMM_WORLD);
     std::remove((dir() + "/koptim_perf_plain_" + std::to_string(world()->rank()) + ".bin").c_str());
     if (world()->rank() == 0) std::remove((dir() + "/koptim_perf_checkpoint.h5").c_str());
+    if (world()->rank() == 0) std::remove((dir() + "/koptim_perf_plain_shared.bin").c_str());
   }
 };
 // Built once, by the first benchmark that runs; freed before Kokkos is finalized.
@@ -112,6 +114,32 @@ void BM_PlainWriteFsync(benchmark::State& state) {
   });
 }
 
+// The same bytes into ONE shared file through MPI-IO (each rank writes its half at its offset in
+// one collective call, then MPI_File_sync): the floor of any single-file format on this disk.
+void BM_PlainSharedFileMpiIo(benchmark::State& state) {
+  auto& s                 = setup();
+  const std::int64_t mine = s.payload / world()->size();
+  std::vector<char> bytes(static_cast<std::size_t>(mine), 1);
+  const std::string path = dir() + "/koptim_perf_plain_shared.bin";
+  timed(state, s.payload, [&] {
+    MPI_File f;
+    bool good = MPI_File_open(MPI_COMM_WORLD, path.c_str(), MPI_MODE_CREATE | MPI_MODE_WRONLY, MPI_INFO_NULL, &f) ==
+                MPI_SUCCESS;
+    if (good) {
+      // In pieces of at most 1 GiB (MPI's int counts).
+      for (std::int64_t done = 0; done < mine;) {
+        const int n = static_cast<int>(std::min<std::int64_t>(mine - done, std::int64_t{1} << 30));
+        good        = good && MPI_File_write_at_all(f, world()->rank() * mine + done, bytes.data() + done, n, MPI_BYTE,
+                                                    MPI_STATUS_IGNORE) == MPI_SUCCESS;
+        done += n;
+      }
+      good = MPI_File_sync(f) == MPI_SUCCESS && good;
+      MPI_File_close(&f);
+    }
+    if (!good) state.SkipWithError("shared MPI-IO write failed");
+  });
+}
+
 void BM_PlainRead(benchmark::State& state) {
   auto& s                 = setup();
   const std::int64_t mine = s.payload / world()->size();
@@ -141,6 +169,7 @@ void BM_LoadCheckpoint(benchmark::State& state) {
 }
 
 BENCHMARK(BM_PlainWriteFsync)->Iterations(3)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_PlainSharedFileMpiIo)->Iterations(3)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_PlainRead)->Iterations(3)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ExportState)->Iterations(3)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_SaveCheckpoint)->Iterations(3)->UseManualTime()->Unit(benchmark::kMillisecond);

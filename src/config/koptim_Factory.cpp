@@ -1,4 +1,7 @@
 #include <koptim/config/koptim_Factory.hpp>
+
+#include "koptim_KeyRanges.hpp"
+
 #include <koptim/comm/koptim_Communicator.hpp>
 #include <koptim/config/koptim_Validators.hpp>
 #include <koptim/core/koptim_Profiling.hpp>
@@ -22,9 +25,8 @@ namespace {
 
 using Teuchos::ParameterList;
 using Teuchos::RCP;
-using V = Impl::KeyValidator;
-
-const double inf = std::numeric_limits<double>::infinity();
+using V     = Impl::KeyValidator;
+namespace R = Impl::ranges;
 
 // One optimizer the factory knows: its valid list and how to build it from a validated list.
 struct Entry {
@@ -47,9 +49,8 @@ void add(ParameterList& l, const std::string& key, const T& value, const std::st
 }
 
 void add_common(ParameterList& l, double lr, double weight_decay, const std::string& decay_doc) {
-  // The bound of Optimizer's own check of lr and weight_decay (an update lr * g stays finite).
-  add(l, "lr", lr, "Learning rate (groups may override it).", V::real(0.0, 1e300, false, true));
-  add(l, "weight_decay", weight_decay, decay_doc + " (groups may override it).", V::real(0.0, 1e300, false, true));
+  add(l, "lr", lr, "Learning rate (groups may override it).", V::real(R::lr));
+  add(l, "weight_decay", weight_decay, decay_doc + " (groups may override it).", V::real(R::weight_decay));
   add(l, "nonfinite_gradient", std::string("error"),
       "What a gradient with a NaN or Inf (or, except for SGD, a value whose square overflows its type) does: error "
       "(throw, nothing changes), skip_step (skip the step, nothing changes) or unchecked (no check; fastest, a NaN "
@@ -60,11 +61,12 @@ void add_common(ParameterList& l, double lr, double weight_decay, const std::str
       "constant, linear_warmup (warmup then constant), cosine, linear or step decay; warmup_steps prefixes any of "
       "them with a linear warmup.",
       V::choice({"constant", "linear_warmup", "cosine", "linear", "step"}));
-  add(s, "warmup_steps", 0, "Steps of linear warmup from lr/warmup_steps to lr.", V::integer(0));
-  add(s, "total_steps", 1, "cosine, linear: the step at which the decay reaches min_lr_factor.", V::integer(1));
-  add(s, "min_lr_factor", 0.0, "cosine, linear: the final factor.", V::real(0.0, 1.0));
-  add(s, "step_size", 1, "step: steps between two decays.", V::integer(1));
-  add(s, "gamma", 0.1, "step: the factor of each decay.", V::real(0.0, 1.0, true, false));
+  add(s, "warmup_steps", 0, "Steps of linear warmup from lr/warmup_steps to lr.", V::integer(R::warmup_steps));
+  add(s, "total_steps", 1, "cosine, linear: the step at which the decay reaches min_lr_factor.",
+      V::integer(R::total_steps));
+  add(s, "min_lr_factor", 0.0, "cosine, linear: the final factor.", V::real(R::min_lr_factor));
+  add(s, "step_size", 1, "step: steps between two decays.", V::integer(R::step_size));
+  add(s, "gamma", 0.1, "step: the factor of each decay.", V::real(R::gamma));
 }
 
 // The sharding switch of the diagonal optimizers and Gefen, and the communicator it hands them.
@@ -93,8 +95,8 @@ void add_adam_keys(ParameterList& l) {
   betas[0] = 0.9;
   betas[1] = 0.999;
   add(l, "betas", betas, "Decay rates (b1, b2) of the first and second moments.",
-      V::real_array(2, 0.0, 1.0, false, true));
-  add(l, "eps", 1e-8, "Added to the denominator sqrt(v_hat).", V::real(0.0, inf, false, true));
+      V::real_array({R::adam::beta1, R::adam::beta2}));
+  add(l, "eps", 1e-8, "Added to the denominator sqrt(v_hat).", V::real(R::adam::eps));
   add(l, "amsgrad", false, "Use the running maximum of the second moment (AMSGrad).", V::boolean());
 }
 
@@ -122,32 +124,33 @@ Override override_key(const std::string& k, int& order, int& dim) {
 
 ShampooOptions shampoo_options(const ParameterList& l) {
   ShampooOptions o;
-  const auto& b                = l.get<Teuchos::Array<double>>("betas");
-  o.betas                      = {b[0], b[1]};
-  o.beta3                      = l.get<double>("beta3");
-  o.epsilon                    = l.get<double>("epsilon");
-  o.momentum                   = l.get<double>("momentum");
-  o.dampening                  = l.get<double>("dampening");
-  o.use_nesterov               = l.get<bool>("use_nesterov");
-  const auto wdt               = l.get<std::string>("weight_decay_type");
-  o.weight_decay_type          = wdt == "L2"          ? WeightDecayType::L2
-                                 : wdt == "decoupled" ? WeightDecayType::decoupled
-                                 : wdt == "corrected" ? WeightDecayType::corrected
-                                                      : WeightDecayType::independent;
-  o.max_preconditioner_dim     = l.get<int>("max_preconditioner_dim");
-  o.use_merge_dims             = l.get<bool>("use_merge_dims");
-  o.precondition_frequency     = l.get<int>("precondition_frequency");
-  o.start_preconditioning_step = l.get<int>("start_preconditioning_step");
-  o.use_bias_correction        = l.get<bool>("use_bias_correction");
-  const auto g                 = l.get<std::string>("grafting");
-  o.grafting                   = g == "none"      ? Grafting::none
-                                 : g == "SGD"     ? Grafting::SGD
-                                 : g == "AdaGrad" ? Grafting::AdaGrad
-                                 : g == "RMSProp" ? Grafting::RMSProp
-                                                  : Grafting::Adam;
-  o.grafting_beta2             = l.get<double>("grafting_beta2");
-  o.grafting_epsilon           = l.get<double>("grafting_epsilon");
-  o.eigenvalue_corrected       = l.get<bool>("eigenvalue_corrected");
+  const auto& b = l.get<Teuchos::Array<double>>("betas");
+  o.betas       = {b[0], b[1]};
+  if (l.get<double>("beta3") != -1.0) o.beta3 = l.get<double>("beta3");
+  o.epsilon                = l.get<double>("epsilon");
+  o.momentum               = l.get<double>("momentum");
+  o.dampening              = l.get<double>("dampening");
+  o.use_nesterov           = l.get<bool>("use_nesterov");
+  const auto wdt           = l.get<std::string>("weight_decay_type");
+  o.weight_decay_type      = wdt == "L2"          ? WeightDecayType::L2
+                             : wdt == "decoupled" ? WeightDecayType::decoupled
+                             : wdt == "corrected" ? WeightDecayType::corrected
+                                                  : WeightDecayType::independent;
+  o.max_preconditioner_dim = l.get<int>("max_preconditioner_dim");
+  o.use_merge_dims         = l.get<bool>("use_merge_dims");
+  o.precondition_frequency = l.get<int>("precondition_frequency");
+  if (l.get<int>("start_preconditioning_step") != -1)
+    o.start_preconditioning_step = l.get<int>("start_preconditioning_step");
+  o.use_bias_correction = l.get<bool>("use_bias_correction");
+  const auto g          = l.get<std::string>("grafting");
+  o.grafting            = g == "none"      ? Grafting::none
+                          : g == "SGD"     ? Grafting::SGD
+                          : g == "AdaGrad" ? Grafting::AdaGrad
+                          : g == "RMSProp" ? Grafting::RMSProp
+                                           : Grafting::Adam;
+  if (l.get<double>("grafting_beta2") != -1.0) o.grafting_beta2 = l.get<double>("grafting_beta2");
+  o.grafting_epsilon     = l.get<double>("grafting_epsilon");
+  o.eigenvalue_corrected = l.get<bool>("eigenvalue_corrected");
   o.root_method =
       l.get<std::string>("root_method") == "eigen" ? linalg::RootMethod::eigen : linalg::RootMethod::coupled_newton;
   const auto es                                 = l.get<std::string>("eigensolver");
@@ -169,7 +172,7 @@ ShampooOptions shampoo_options(const ParameterList& l) {
       a = Teuchos::getValue<int>(e);
     } else {
       throw ConfigError("koptim: key 'inverse_exponent_override/" + k + "' = " + Impl::entry_value_string(e) +
-                        " must be a real >= 0");
+                        " is not a number; allowed: " + R::shampoo::inverse_exponent.text(false));
     }
     int order = 0, dim = 0;
     const Override form = override_key(k, order, dim);
@@ -182,7 +185,7 @@ ShampooOptions shampoo_options(const ParameterList& l) {
                         "'; allowed: order_K or order_K_dim_J (K, J integers below 1000000)");
     }
   }
-  o.num_trainers_per_group = l.get<int>("num_trainers_per_group");
+  if (l.get<int>("num_trainers_per_group") != -1) o.num_trainers_per_group = l.get<int>("num_trainers_per_group");
   o.communication_dtype    = l.get<std::string>("communication_dtype") == "bfloat16" ? CommunicationDType::bfloat16
                                                                                      : CommunicationDType::float32;
   o.distributed_cost_model = l.get<std::string>("distributed_cost_model") == "cubic" ? DistributedCostModel::cubic
@@ -198,8 +201,8 @@ const std::vector<Entry>& entries() {
          add_common(l, 1e-3, 0.0, "L2 weight decay: G <- G + weight_decay W");
          add_shard_key(l);
          l.getEntryRCP("lr")->setDocString("Learning rate. Required for SGD (groups may override it).");
-         add(l, "momentum", 0.0, "Momentum factor mu.", V::real(0.0, inf, false, true));
-         add(l, "dampening", 0.0, "Dampening d of the momentum: B <- mu B + (1 - d) G.", V::real(0.0, 1.0));
+         add(l, "momentum", 0.0, "Momentum factor mu.", V::real(R::sgd::momentum));
+         add(l, "dampening", 0.0, "Dampening d of the momentum: B <- mu B + (1 - d) G.", V::real(R::sgd::dampening));
          add(l, "nesterov", false, "Nesterov momentum (needs momentum > 0 and dampening = 0).", V::boolean());
        },
        {"lr"},
@@ -216,10 +219,10 @@ const std::vector<Entry>& entries() {
        [](ParameterList& l) {
          add_common(l, 1e-2, 0.0, "L2 weight decay: G <- G + weight_decay W");
          add_shard_key(l);
-         add(l, "lr_decay", 0.0, "The lr at step t is lr / (1 + (t - 1) lr_decay).", V::real(0.0, inf, false, true));
+         add(l, "lr_decay", 0.0, "The lr at step t is lr / (1 + (t - 1) lr_decay).", V::real(R::adagrad::lr_decay));
          add(l, "initial_accumulator_value", 0.0, "Initial value of the sum of squared gradients.",
-             V::real(0.0, inf, false, true));
-         add(l, "eps", 1e-10, "Added to the denominator sqrt(sum).", V::real(0.0, inf, false, true));
+             V::real(R::adagrad::initial_accumulator_value));
+         add(l, "eps", 1e-10, "Added to the denominator sqrt(sum).", V::real(R::adagrad::eps));
        },
        {},
        [](const ParameterSet& p, const CommonOptions& c, const ParameterList& l,
@@ -235,9 +238,9 @@ const std::vector<Entry>& entries() {
        [](ParameterList& l) {
          add_common(l, 1e-2, 0.0, "L2 weight decay: G <- G + weight_decay W");
          add_shard_key(l);
-         add(l, "alpha", 0.99, "Smoothing constant of the squared-gradient average.", V::real(0.0, 1.0));
-         add(l, "eps", 1e-8, "Added to the denominator.", V::real(0.0, inf, false, true));
-         add(l, "momentum", 0.0, "Momentum factor.", V::real(0.0, inf, false, true));
+         add(l, "alpha", 0.99, "Smoothing constant of the squared-gradient average.", V::real(R::rmsprop::alpha));
+         add(l, "eps", 1e-8, "Added to the denominator.", V::real(R::rmsprop::eps));
+         add(l, "momentum", 0.0, "Momentum factor.", V::real(R::rmsprop::momentum));
          add(l, "centered", false, "Normalise by the variance estimate (subtract the squared mean gradient).",
              V::boolean());
        },
@@ -283,39 +286,38 @@ const std::vector<Entry>& entries() {
          betas[0] = 0.9;
          betas[1] = 1.0;
          add(l, "betas", betas,
-             "(b1, b2): b1 filters the gradient (0: no filtering), b2 weighs the factor matrices (1: sum). b1 in [0, "
-             "1), "
-             "b2 in (0, 1].",
-             V::real_array(2, 0.0, 1.0));
-         add(l, "beta3", -1.0, "Filter of the gradient fed to the preconditioner; -1 means beta3 = b1.",
-             V::real(-1.0, 1.0, false, true));
+             "(b1, b2): b1 filters the gradient (0: no filtering), b2 weighs the factor matrices (1: sum).",
+             V::real_array({R::shampoo::beta1, R::shampoo::beta2}));
+         add(l, "beta3", -1.0, "Filter of the gradient fed to the preconditioner.",
+             V::real(R::shampoo::beta3, V::Special{-1.0, "beta3 = betas[0]"}));
          add(l, "epsilon", 1e-12,
              "Added to the factors before the inverse root (and the eigenvalue-corrected denominator).",
-             V::real(0.0, inf, false, true));
+             V::real(R::shampoo::epsilon));
          add(l, "momentum", 0.0, "Classic momentum mu applied to the preconditioned direction.",
-             V::real(0.0, 1.0, false, true));
-         add(l, "dampening", 0.0, "Dampening d of the momentum.", V::real(0.0, 1.0, false, true));
+             V::real(R::shampoo::momentum));
+         add(l, "dampening", 0.0, "Dampening d of the momentum.", V::real(R::shampoo::dampening));
          add(l, "use_nesterov", false, "Nesterov momentum (needs momentum > 0).", V::boolean());
          add(l, "weight_decay_type", std::string("decoupled"),
              "L2 (added to the gradient), decoupled (weight_decay W added to the direction), corrected "
              "(weight_decay lr/lr_peak W) or independent (weight_decay/lr_peak W); lr_peak is the group's lr.",
              V::choice({"L2", "decoupled", "corrected", "independent"}));
          add(l, "max_preconditioner_dim", 1024,
-             "Largest side of a factor matrix: dims are merged up to it and split above it.", V::integer(1));
+             "Largest side of a factor matrix: dims are merged up to it and split above it.",
+             V::integer(R::shampoo::max_preconditioner_dim));
          add(l, "use_merge_dims", true, "Merge adjacent dimensions (from the last one) while their product fits.",
              V::boolean());
-         add(l, "precondition_frequency", 1, "Inverse roots are recomputed every this many steps.", V::integer(1));
+         add(l, "precondition_frequency", 1, "Inverse roots are recomputed every this many steps.",
+             V::integer(R::shampoo::precondition_frequency));
          add(l, "start_preconditioning_step", -1,
-             "First step that uses the Shampoo direction (-1: precondition_frequency); the grafting method alone "
-             "before.",
-             V::integer(-1));
+             "First step that uses the Shampoo direction (at least precondition_frequency); the grafting method "
+             "alone before.",
+             V::integer(R::shampoo::start_preconditioning_step, V::Special{-1, "precondition_frequency"}));
          add(l, "use_bias_correction", true, "Bias-correct the filtered gradient and the factors.", V::boolean());
          add(l, "grafting", std::string("none"), "Grafting method giving each block's step size.",
              V::choice({"none", "SGD", "AdaGrad", "RMSProp", "Adam"}));
-         add(l, "grafting_beta2", -1.0,
-             "Second-moment decay of RMSProp/Adam grafting; -1: 0.99 (RMSProp), 0.999 (Adam).",
-             V::real(-1.0, 1.0, false, true));
-         add(l, "grafting_epsilon", 1e-10, "Epsilon of the grafting method.", V::real(0.0, inf, false, true));
+         add(l, "grafting_beta2", -1.0, "Second-moment decay of RMSProp/Adam grafting.",
+             V::real(R::shampoo::grafting_beta2, V::Special{-1.0, "0.99 for RMSProp, 0.999 for Adam"}));
+         add(l, "grafting_epsilon", 1e-10, "Epsilon of the grafting method.", V::real(R::shampoo::grafting_epsilon));
          add(l, "eigenvalue_corrected", false,
              "Eigenvalue-corrected Shampoo (SOAP-like): Adam-style second moment in the factors' eigenbasis.",
              V::boolean());
@@ -327,15 +329,15 @@ const std::vector<Entry>& entries() {
          add(l, "pseudo_inverse", false, "Pseudo-inverse roots of rank-deficient factors (needs epsilon = 0).",
              V::boolean());
          add(l, "rank_rtol", 0.0, "Pseudo-inverse: eigenvalues <= max(rank_rtol lambda_max, rank_atol) count as zero.",
-             V::real(0.0, inf, false, true));
-         add(l, "rank_atol", 0.0, "Pseudo-inverse: see rank_rtol.", V::real(0.0, inf, false, true));
+             V::real(R::shampoo::rank_rtol));
+         add(l, "rank_atol", 0.0, "Pseudo-inverse: see rank_rtol.", V::real(R::shampoo::rank_atol));
          add(l, "num_tolerated_failed_amortized_computations", 3,
              "Consecutive root-inverse solver failures of a block tolerated (the previous root is kept) before an "
              "error.",
-             V::integer(0));
+             V::integer(R::shampoo::num_tolerated_failed_amortized_computations));
          add(l, "num_trainers_per_group", -1,
-             "Distributed: ranks per group sharing the preconditioner work (-1: all ranks); groups replicate it.",
-             V::integer(-1));
+             "Distributed: ranks per group sharing the preconditioner work; groups replicate it.",
+             V::integer(R::shampoo::num_trainers_per_group, V::Special{-1, "all ranks"}));
          add(l, "communication_dtype", std::string("float32"),
              "Distributed: precision of the update all-gather: float32 (each update in its parameter's precision; "
              "N ranks equal 1 rank bitwise) or bfloat16.",
@@ -363,8 +365,8 @@ const std::vector<Entry>& entries() {
          betas[0] = 0.9;
          betas[1] = 0.999;
          add(l, "betas", betas, "Decay rates (b1, b2) of the first and second moments, as AdamW.",
-             V::real_array(2, 0.0, 1.0, false, true));
-         add(l, "eps", 1e-8, "Added to the denominator sqrt(v_hat), as AdamW.", V::real(0.0, inf, true, true));
+             V::real_array({R::gefen::beta1, R::gefen::beta2}));
+         add(l, "eps", 1e-8, "Added to the denominator sqrt(v_hat), as AdamW.", V::real(R::gefen::eps));
          add(l, "partition_rule", std::string("neighbour_contrast"),
              "Expert: the rule that picks each tensor's block size p from the first gradients: neighbour_contrast "
              "(default) or variance_drop (gefen 1.1.1).",

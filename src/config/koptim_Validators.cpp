@@ -10,14 +10,6 @@
 namespace koptim {
 namespace Impl {
 
-namespace {
-// A bound: integers (the range of an int key) in full, reals in their shortest round-trip form.
-std::string number(double v, bool integer) {
-  if (integer && std::isfinite(v)) return std::to_string(static_cast<long long>(v));
-  return real_string(v);
-}
-}  // namespace
-
 std::string entry_value_string(const Teuchos::ParameterEntry& entry) {
   if (entry.isType<bool>()) return Teuchos::getValue<bool>(entry) ? "true" : "false";
   if (entry.isType<double>()) return real_string(Teuchos::getValue<double>(entry));
@@ -31,21 +23,19 @@ std::string entry_value_string(const Teuchos::ParameterEntry& entry) {
   return s.str();
 }
 
-Teuchos::RCP<const KeyValidator> KeyValidator::real(double lo, double hi, bool lo_open, bool hi_open) {
+Teuchos::RCP<const KeyValidator> KeyValidator::real(const Range& range, std::optional<Special> special) {
   Teuchos::RCP<KeyValidator> v(new KeyValidator);
   v->kind_    = Kind::real;
-  v->lo_      = lo;
-  v->hi_      = hi;
-  v->lo_open_ = lo_open;
-  v->hi_open_ = hi_open;
+  v->ranges_  = {range};
+  v->special_ = std::move(special);
   return v;
 }
 
-Teuchos::RCP<const KeyValidator> KeyValidator::integer(long long lo, long long hi) {
+Teuchos::RCP<const KeyValidator> KeyValidator::integer(const Range& range, std::optional<Special> special) {
   Teuchos::RCP<KeyValidator> v(new KeyValidator);
-  v->kind_ = Kind::integer;
-  v->lo_   = static_cast<double>(lo);
-  v->hi_   = static_cast<double>(hi);
+  v->kind_    = Kind::integer;
+  v->ranges_  = {range};
+  v->special_ = std::move(special);
   return v;
 }
 
@@ -62,15 +52,10 @@ Teuchos::RCP<const KeyValidator> KeyValidator::choice(std::vector<std::string> v
   return v;
 }
 
-Teuchos::RCP<const KeyValidator> KeyValidator::real_array(int length, double lo, double hi, bool lo_open,
-                                                          bool hi_open) {
+Teuchos::RCP<const KeyValidator> KeyValidator::real_array(std::vector<Range> entries) {
   Teuchos::RCP<KeyValidator> v(new KeyValidator);
-  v->kind_    = Kind::real_array;
-  v->length_  = length;
-  v->lo_      = lo;
-  v->hi_      = hi;
-  v->lo_open_ = lo_open;
-  v->hi_open_ = hi_open;
+  v->kind_   = Kind::real_array;
+  v->ranges_ = std::move(entries);
   return v;
 }
 
@@ -91,32 +76,39 @@ std::string KeyValidator::type_name() const {
 }
 
 std::string KeyValidator::allowed() const {
-  std::ostringstream s;
-  const std::string range = std::string(lo_open_ ? "(" : "[") + number(lo_, kind_ == Kind::integer) + ", " +
-                            number(hi_, kind_ == Kind::integer) + (hi_open_ ? ")" : "]");
+  const bool integer = kind_ == Kind::integer;
+  std::string special;
+  if (special_) {
+    special = (integer ? std::to_string(static_cast<long long>(special_->value)) : real_string(special_->value)) +
+              " (" + special_->meaning + ") or ";
+  }
   switch (kind_) {
     case Kind::real:
-      s << "a real in " << range;
-      break;
     case Kind::integer:
-      s << "an integer in " << range;
-      break;
+      return special + ranges_[0].text(integer);
     case Kind::boolean:
-      s << "true or false";
-      break;
-    case Kind::choice:
-      s << "one of: ";
-      for (std::size_t i = 0; i < choices_.size(); ++i) s << (i ? ", " : "") << choices_[i];
-      break;
-    case Kind::real_array:
-      s << length_ << " reals, each in " << range;
-      break;
+      return "true or false";
+    case Kind::choice: {
+      std::string s = "one of: ";
+      for (std::size_t i = 0; i < choices_.size(); ++i) s += (i ? ", " : "") + choices_[i];
+      return s;
+    }
+    case Kind::real_array: {
+      bool same = true;
+      for (const auto& r : ranges_) same = same && r.bounds(false) == ranges_[0].bounds(false);
+      std::string s = std::to_string(ranges_.size()) + " reals";
+      if (same) return s + ", each in " + ranges_[0].bounds(false);
+      for (std::size_t i = 0; i < ranges_.size(); ++i)
+        s += (i == 0 ? ", in " : i + 1 == ranges_.size() ? " and " : ", ") + ranges_[i].bounds(false);
+      return s;
+    }
   }
-  return s.str();
+  return "";
 }
 
-bool KeyValidator::in_range(double v) const {
-  return v == v && (lo_open_ ? v > lo_ : v >= lo_) && (hi_open_ ? v < hi_ : v <= hi_);
+bool KeyValidator::accepts(double v, std::size_t entry) const {
+  if (special_ && v == special_->value) return true;
+  return entry < ranges_.size() && ranges_[entry].contains(v);
 }
 
 void KeyValidator::printDoc(const std::string& docString, std::ostream& out) const {
@@ -150,7 +142,7 @@ void KeyValidator::validate(const Teuchos::ParameterEntry& entry, const std::str
       } else {
         reject(entry, paramName, sublistName, "wrong type, expected double");
       }
-      if (!in_range(v)) reject(entry, paramName, sublistName, "out of range");
+      if (!accepts(v)) reject(entry, paramName, sublistName, "out of range");
       break;
     }
     case Kind::integer: {
@@ -162,7 +154,7 @@ void KeyValidator::validate(const Teuchos::ParameterEntry& entry, const std::str
       } else {
         reject(entry, paramName, sublistName, "wrong type, expected int");
       }
-      if (!in_range(static_cast<double>(v))) reject(entry, paramName, sublistName, "out of range");
+      if (!accepts(static_cast<double>(v))) reject(entry, paramName, sublistName, "out of range");
       break;
     }
     case Kind::boolean:
@@ -181,11 +173,12 @@ void KeyValidator::validate(const Teuchos::ParameterEntry& entry, const std::str
         reject(entry, paramName, sublistName, "wrong type, expected Array(double)");
       }
       const auto& v = Teuchos::any_cast<Teuchos::Array<double>>(a);
-      if (static_cast<int>(v.size()) != length_) {
+      if (static_cast<std::size_t>(v.size()) != ranges_.size()) {
         reject(entry, paramName, sublistName, "has " + std::to_string(v.size()) + " entries");
       }
-      for (double x : v)
-        if (!in_range(x)) reject(entry, paramName, sublistName, "an entry is out of range");
+      for (std::size_t i = 0; i < ranges_.size(); ++i)
+        if (!accepts(v[static_cast<Teuchos::Array<double>::size_type>(i)], i))
+          reject(entry, paramName, sublistName, "entry " + std::to_string(i) + " is out of range");
       break;
     }
   }

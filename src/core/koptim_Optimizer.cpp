@@ -1,4 +1,6 @@
 #include <koptim/comm/koptim_Communicator.hpp>
+
+#include "../config/koptim_KeyRanges.hpp"
 #include <koptim/core/koptim_Check.hpp>
 #include <koptim/core/koptim_Math.hpp>
 #include <koptim/core/koptim_Optimizer.hpp>
@@ -16,16 +18,8 @@ namespace koptim {
 Optimizer::Optimizer(std::string name, ParameterSet params, CommonOptions common)
     : name_(std::move(name)), params_(std::move(params)), common_(std::move(common)) {
   if (params_.empty()) throw ShapeError("koptim::" + name_ + ": the ParameterSet has no parameters");
-  auto check = [&](double v, const char* key, const std::string& where) {
-    if (!(v >= 0.0 && v < 1e300)) {
-      std::ostringstream s;
-      s << "koptim::" << name_ << ": " << where << key << " = " << Impl::real_string(v)
-        << " is not allowed; allowed: a real in [0, 1e+300)";
-      throw ConfigError(s.str());
-    }
-  };
-  check(common_.lr, "lr", "");
-  check(common_.weight_decay, "weight_decay", "");
+  Impl::require(name_, "lr", common_.lr, Impl::ranges::lr);
+  Impl::require(name_, "weight_decay", common_.weight_decay, Impl::ranges::weight_decay);
 }
 
 double Optimizer::base_lr(int group) const {

@@ -1,4 +1,6 @@
 #include <koptim/core/koptim_Check.hpp>
+
+#include "../config/koptim_KeyRanges.hpp"
 #include <koptim/core/koptim_Schedule.hpp>
 #include <koptim/core/koptim_Error.hpp>
 
@@ -15,9 +17,8 @@ void require(bool ok, const std::string& what) {
 }  // namespace
 
 LRSchedule LRSchedule::cosine(std::int64_t total_steps, double min_lr_factor) {
-  require(total_steps >= 1, "total_steps = " + std::to_string(total_steps) + " is not allowed; allowed: >= 1");
-  require(min_lr_factor >= 0.0 && min_lr_factor <= 1.0,
-          "min_lr_factor = " + Impl::real_string(min_lr_factor) + " is not allowed; allowed: [0, 1]");
+  Impl::require("LRSchedule", "total_steps", static_cast<double>(total_steps), Impl::ranges::total_steps, true);
+  Impl::require("LRSchedule", "min_lr_factor", min_lr_factor, Impl::ranges::min_lr_factor);
   LRSchedule s;
   s.decay_         = Decay::cosine;
   s.total_steps_   = total_steps;
@@ -32,8 +33,8 @@ LRSchedule LRSchedule::linear(std::int64_t total_steps, double min_lr_factor) {
 }
 
 LRSchedule LRSchedule::step(std::int64_t step_size, double gamma) {
-  require(step_size >= 1, "step_size = " + std::to_string(step_size) + " is not allowed; allowed: >= 1");
-  require(gamma > 0.0 && gamma <= 1.0, "gamma = " + Impl::real_string(gamma) + " is not allowed; allowed: (0, 1]");
+  Impl::require("LRSchedule", "step_size", static_cast<double>(step_size), Impl::ranges::step_size, true);
+  Impl::require("LRSchedule", "gamma", gamma, Impl::ranges::gamma);
   LRSchedule s;
   s.decay_     = Decay::step;
   s.step_size_ = step_size;
@@ -42,7 +43,7 @@ LRSchedule LRSchedule::step(std::int64_t step_size, double gamma) {
 }
 
 LRSchedule LRSchedule::with_warmup(std::int64_t warmup_steps) const {
-  require(warmup_steps >= 0, "warmup_steps = " + std::to_string(warmup_steps) + " is not allowed; allowed: >= 0");
+  Impl::require("LRSchedule", "warmup_steps", static_cast<double>(warmup_steps), Impl::ranges::warmup_steps, true);
   if (decay_ == Decay::cosine || decay_ == Decay::linear) {
     require(warmup_steps < total_steps_, "warmup_steps = " + std::to_string(warmup_steps) +
                                              " must be smaller than total_steps = " + std::to_string(total_steps_));

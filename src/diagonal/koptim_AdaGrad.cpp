@@ -1,4 +1,6 @@
 #include <koptim/core/koptim_Check.hpp>
+
+#include "../config/koptim_KeyRanges.hpp"
 #include <koptim/core/koptim_Elementwise.hpp>
 #include <koptim/diagonal/koptim_AdaGrad.hpp>
 #include <koptim/diagonal/koptim_DiagonalMath.hpp>
@@ -38,11 +40,11 @@ AdaGrad::AdaGrad(ParameterSet params, CommonOptions common, AdaGradOptions optio
     : Impl::ElementwiseOptimizer("AdaGrad", std::move(params), std::move(common), {"sum"},
                                  {options.initial_accumulator_value}, std::move(comm), describe(options)),
       options_(options) {
-  const double inf = std::numeric_limits<double>::infinity();
-  Impl::require_range("AdaGrad", "lr_decay", options_.lr_decay, 0.0, inf, false, true);
-  Impl::require_range("AdaGrad", "initial_accumulator_value", options_.initial_accumulator_value, 0.0, inf, false,
-                      true);
-  Impl::require_range("AdaGrad", "eps", options_.eps, 0.0, inf, false, true);
+  namespace R = Impl::ranges::adagrad;
+  Impl::require("AdaGrad", "lr_decay", options_.lr_decay, R::lr_decay);
+  Impl::require("AdaGrad", "initial_accumulator_value", options_.initial_accumulator_value,
+                R::initial_accumulator_value);
+  Impl::require("AdaGrad", "eps", options_.eps, R::eps);
 }
 
 void AdaGrad::update_pieces(std::int64_t t, const std::vector<double>& lrs) {

@@ -1,4 +1,6 @@
 #include <koptim/core/koptim_Check.hpp>
+
+#include "../config/koptim_KeyRanges.hpp"
 #include <koptim/core/koptim_Elementwise.hpp>
 #include <koptim/diagonal/koptim_Adam.hpp>
 #include <koptim/diagonal/koptim_DiagonalMath.hpp>
@@ -76,10 +78,10 @@ Adam::Adam(ParameterSet params, CommonOptions common, AdamOptions options, bool 
                                  adam_slots(options), {}, std::move(comm), describe(options)),
       options_(options),
       decoupled_(decoupled_weight_decay) {
-  const double inf = std::numeric_limits<double>::infinity();
-  Impl::require_range(name(), "betas[0]", options_.betas[0], 0.0, 1.0, false, true);
-  Impl::require_range(name(), "betas[1]", options_.betas[1], 0.0, 1.0, false, true);
-  Impl::require_range(name(), "eps", options_.eps, 0.0, inf, false, true);
+  namespace R = Impl::ranges::adam;
+  Impl::require(name(), "betas[0]", options_.betas[0], R::beta1);
+  Impl::require(name(), "betas[1]", options_.betas[1], R::beta2);
+  Impl::require(name(), "eps", options_.eps, R::eps);
 }
 
 void Adam::update_pieces(std::int64_t t, const std::vector<double>& lrs) {

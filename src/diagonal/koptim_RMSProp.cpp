@@ -1,4 +1,6 @@
 #include <koptim/core/koptim_Check.hpp>
+
+#include "../config/koptim_KeyRanges.hpp"
 #include <koptim/core/koptim_Elementwise.hpp>
 #include <koptim/diagonal/koptim_DiagonalMath.hpp>
 #include <koptim/diagonal/koptim_RMSProp.hpp>
@@ -75,10 +77,10 @@ RMSProp::RMSProp(ParameterSet params, CommonOptions common, RMSPropOptions optio
     : Impl::ElementwiseOptimizer("RMSProp", std::move(params), std::move(common), rmsprop_slots(options), {},
                                  std::move(comm), describe(options)),
       options_(options) {
-  const double inf = std::numeric_limits<double>::infinity();
-  Impl::require_range("RMSProp", "alpha", options_.alpha, 0.0, 1.0);
-  Impl::require_range("RMSProp", "eps", options_.eps, 0.0, inf, false, true);
-  Impl::require_range("RMSProp", "momentum", options_.momentum, 0.0, inf, false, true);
+  namespace R = Impl::ranges::rmsprop;
+  Impl::require("RMSProp", "alpha", options_.alpha, R::alpha);
+  Impl::require("RMSProp", "eps", options_.eps, R::eps);
+  Impl::require("RMSProp", "momentum", options_.momentum, R::momentum);
 }
 
 void RMSProp::update_pieces(std::int64_t, const std::vector<double>& lrs) {

@@ -1,4 +1,6 @@
 #include <koptim/core/koptim_Check.hpp>
+
+#include "../config/koptim_KeyRanges.hpp"
 #include <koptim/core/koptim_Elementwise.hpp>
 #include <koptim/diagonal/koptim_DiagonalMath.hpp>
 #include <koptim/diagonal/koptim_SGD.hpp>
@@ -59,9 +61,8 @@ SGD::SGD(ParameterSet params, CommonOptions common, SGDOptions options, std::sha
       options_(options) {
   // SGD never squares a gradient: only NaN and Inf are refused.
   refuse_overflowing_squares(false);
-  const double inf = std::numeric_limits<double>::infinity();
-  Impl::require_range("SGD", "momentum", options_.momentum, 0.0, inf, false, true);
-  Impl::require_range("SGD", "dampening", options_.dampening, 0.0, 1.0);
+  Impl::require("SGD", "momentum", options_.momentum, Impl::ranges::sgd::momentum);
+  Impl::require("SGD", "dampening", options_.dampening, Impl::ranges::sgd::dampening);
   if (options_.nesterov && (options_.momentum <= 0.0 || options_.dampening != 0.0)) {
     throw ConfigError("koptim::SGD: nesterov = true needs momentum > 0 and dampening = 0 (got momentum = " +
                       Impl::real_string(options_.momentum) + ", dampening = " + Impl::real_string(options_.dampening) +

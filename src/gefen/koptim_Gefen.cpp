@@ -1,4 +1,6 @@
 #include <koptim/comm/koptim_Communicator.hpp>
+
+#include "../config/koptim_KeyRanges.hpp"
 #include <koptim/core/koptim_Check.hpp>
 #include <koptim/core/koptim_Lanes.hpp>
 #include <koptim/core/koptim_Math.hpp>
@@ -539,10 +541,10 @@ Gefen::Gefen(ParameterSet params, CommonOptions common, GefenOptions options, st
       segment_[k] = *std::max_element(fill.begin(), fill.end());
     }
   }
-  const double inf = std::numeric_limits<double>::infinity();
-  Impl::require_range(name(), "betas[0]", options_.betas[0], 0.0, 1.0, false, true);
-  Impl::require_range(name(), "betas[1]", options_.betas[1], 0.0, 1.0, false, true);
-  Impl::require_range(name(), "eps", options_.eps, 0.0, inf, true, true);
+  namespace R = Impl::ranges::gefen;
+  Impl::require(name(), "betas[0]", options_.betas[0], R::beta1);
+  Impl::require(name(), "betas[1]", options_.betas[1], R::beta2);
+  Impl::require(name(), "eps", options_.eps, R::eps);
 }
 
 Gefen::~Gefen() = default;

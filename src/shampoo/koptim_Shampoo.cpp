@@ -11,6 +11,8 @@
 #include <koptim/shampoo/koptim_BlockMap.hpp>
 #include <koptim/shampoo/koptim_Shampoo.hpp>
 
+#include "../config/koptim_KeyRanges.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -241,9 +243,9 @@ ShampooBlocks<T>::ShampooBlocks(const Shampoo& owner, const ParameterSet& ps,
   b1_         = o.betas[0];
   b2_         = o.betas[1];
   factor_w_   = b2_ < 1.0 ? 1.0 - b2_ : 1.0;
-  b3_         = o.beta3 < 0 ? b1_ : o.beta3;
-  graft_beta_ = o.grafting_beta2 >= 0 ? o.grafting_beta2 : (o.grafting == Grafting::RMSProp ? 0.99 : 0.999);
-  start_      = o.start_preconditioning_step < 0 ? o.precondition_frequency : o.start_preconditioning_step;
+  b3_         = o.beta3.value_or(b1_);
+  graft_beta_ = o.grafting_beta2.value_or(o.grafting == Grafting::RMSProp ? 0.99 : 0.999);
+  start_      = o.start_preconditioning_step.value_or(o.precondition_frequency);
   std::map<std::int64_t, std::int64_t> counts;
   std::vector<std::int64_t> filled(num_ranks, 0);
   for (std::size_t i = 0; i < ps.size(); ++i) {
@@ -833,24 +835,32 @@ Shampoo::Shampoo(ParameterSet params, CommonOptions common, ShampooOptions optio
   // The trace bound of each block (ShampooBlocks::prepare) refuses exactly the gradients that
   // would overflow a factor; the element-wise check before it refuses only NaN and Inf.
   refuse_overflowing_squares(false);
-  const double inf = std::numeric_limits<double>::infinity();
-  const auto& o    = options_;
-  Impl::require_range("Shampoo", "betas[0]", o.betas[0], 0.0, 1.0, false, true);
-  Impl::require_range("Shampoo", "betas[1]", o.betas[1], 0.0, 1.0, true, false);
-  if (o.beta3 != -1.0) Impl::require_range("Shampoo", "beta3", o.beta3, 0.0, 1.0, false, true);
-  Impl::require_range("Shampoo", "epsilon", o.epsilon, 0.0, inf, false, true);
-  Impl::require_range("Shampoo", "momentum", o.momentum, 0.0, 1.0, false, true);
-  Impl::require_range("Shampoo", "dampening", o.dampening, 0.0, 1.0, false, true);
-  Impl::require_range("Shampoo", "max_preconditioner_dim", static_cast<double>(o.max_preconditioner_dim), 1.0, 1e9);
-  Impl::require_range("Shampoo", "precondition_frequency", static_cast<double>(o.precondition_frequency), 1.0, 1e18);
-  if (o.start_preconditioning_step != -1 && o.start_preconditioning_step < o.precondition_frequency) {
-    throw ConfigError("koptim::Shampoo: start_preconditioning_step = " + std::to_string(o.start_preconditioning_step) +
-                      " is not allowed; allowed: -1 (meaning precondition_frequency) or >= precondition_frequency = " +
-                      std::to_string(o.precondition_frequency));
+  const auto& o        = options_;
+  namespace R          = Impl::ranges::shampoo;
+  const std::string me = "Shampoo";
+  Impl::require(me, "betas[0]", o.betas[0], R::beta1);
+  Impl::require(me, "betas[1]", o.betas[1], R::beta2);
+  if (o.beta3) Impl::require(me, "beta3", *o.beta3, R::beta3);
+  Impl::require(me, "epsilon", o.epsilon, R::epsilon);
+  Impl::require(me, "momentum", o.momentum, R::momentum);
+  Impl::require(me, "dampening", o.dampening, R::dampening);
+  Impl::require(me, "max_preconditioner_dim", static_cast<double>(o.max_preconditioner_dim), R::max_preconditioner_dim,
+                true);
+  Impl::require(me, "precondition_frequency", static_cast<double>(o.precondition_frequency), R::precondition_frequency,
+                true);
+  if (o.start_preconditioning_step) {
+    Impl::require(me, "start_preconditioning_step", static_cast<double>(*o.start_preconditioning_step),
+                  R::start_preconditioning_step, true);
+    if (*o.start_preconditioning_step < o.precondition_frequency) {
+      throw ConfigError(
+          "koptim::Shampoo: start_preconditioning_step = " + std::to_string(*o.start_preconditioning_step) +
+          " is not allowed; allowed: at least precondition_frequency = " + std::to_string(o.precondition_frequency));
+    }
   }
-  if (o.grafting_beta2 != -1.0)
-    Impl::require_range("Shampoo", "grafting_beta2", o.grafting_beta2, 0.0, 1.0, false, true);
-  Impl::require_range("Shampoo", "grafting_epsilon", o.grafting_epsilon, 0.0, inf, false, true);
+  if (o.grafting_beta2) Impl::require(me, "grafting_beta2", *o.grafting_beta2, R::grafting_beta2);
+  Impl::require(me, "grafting_epsilon", o.grafting_epsilon, R::grafting_epsilon);
+  Impl::require(me, "rank_rtol", o.rank_rtol, R::rank_rtol);
+  Impl::require(me, "rank_atol", o.rank_atol, R::rank_atol);
   if (o.pseudo_inverse && o.epsilon != 0.0) {
     throw ConfigError("koptim::Shampoo: pseudo_inverse = true needs epsilon = 0 (got epsilon = " +
                       Impl::real_string(o.epsilon) + ")");
@@ -858,45 +868,47 @@ Shampoo::Shampoo(ParameterSet params, CommonOptions common, ShampooOptions optio
   if (o.use_nesterov && o.momentum <= 0.0) {
     throw ConfigError("koptim::Shampoo: use_nesterov = true needs momentum > 0");
   }
-  for (const auto& kv : o.inverse_exponent_override) {
-    Impl::require_range("Shampoo", "inverse_exponent_override/order_" + std::to_string(kv.first), kv.second, 0.0, inf,
-                        false, true);
-  }
+  for (const auto& kv : o.inverse_exponent_override)
+    Impl::require(me, "inverse_exponent_override/order_" + std::to_string(kv.first), kv.second, R::inverse_exponent);
   for (const auto& kv : o.inverse_exponent_override_dim) {
-    Impl::require_range(
-        "Shampoo",
+    Impl::require(
+        me,
         "inverse_exponent_override/order_" + std::to_string(kv.first.first) + "_dim_" + std::to_string(kv.first.second),
-        kv.second, 0.0, inf, false, true);
+        kv.second, R::inverse_exponent);
   }
-  Impl::require_range("Shampoo", "num_tolerated_failed_amortized_computations",
-                      o.num_tolerated_failed_amortized_computations, 0.0, 1e9);
+  Impl::require(me, "num_tolerated_failed_amortized_computations", o.num_tolerated_failed_amortized_computations,
+                R::num_tolerated_failed_amortized_computations, true);
+  if (o.num_trainers_per_group)
+    Impl::require(me, "num_trainers_per_group", *o.num_trainers_per_group, R::num_trainers_per_group, true);
   shampoo::BlockingOptions bo;
   bo.max_preconditioner_dim = o.max_preconditioner_dim;
   bo.use_merge_dims         = o.use_merge_dims;
-  if (o.num_trainers_per_group != -1 && o.num_trainers_per_group < 1) {
-    throw ConfigError("koptim::Shampoo: num_trainers_per_group = " + std::to_string(o.num_trainers_per_group) +
-                      " is not allowed; allowed: -1 (all ranks) or >= 1");
-  }
   for (const auto& p : parameters().parameters()) layouts_.push_back(shampoo::compute_block_layout(p.param.shape, bo));
   if (comm_) {
     // Every rank must describe the same optimizer: otherwise the block assignment and the
     // all-gather would not match (a hang or silent garbage). Checked on every rank.
     std::ostringstream d;
     d.precision(17);
+    auto unset = [](const auto& v) {
+      std::ostringstream t;
+      t.precision(17);
+      if (v) t << *v;
+      return v ? t.str() : std::string("unset");
+    };
     for (std::size_t i = 0; i < parameters().size(); ++i) {
       const auto& p = parameters()[i];
       d << p.name << ' ' << to_string(p.param.dtype) << ' ' << shape_string(p.param.shape) << ' '
         << p.param.layout_right << ' ' << p.group << ' ' << base_lr(p.group) << ' ' << weight_decay(p.group) << ';';
     }
     d << common_options().lr_schedule.describe() << ';' << static_cast<int>(common_options().nonfinite_gradient) << ';'
-      << o.betas[0] << ',' << o.betas[1] << ',' << o.beta3 << ',' << o.epsilon << ',' << o.momentum << ','
+      << o.betas[0] << ',' << o.betas[1] << ',' << unset(o.beta3) << ',' << o.epsilon << ',' << o.momentum << ','
       << o.dampening << ',' << o.use_nesterov << ',' << static_cast<int>(o.weight_decay_type) << ','
       << o.max_preconditioner_dim << ',' << o.use_merge_dims << ',' << o.precondition_frequency << ','
-      << o.start_preconditioning_step << ',' << o.use_bias_correction << ',' << static_cast<int>(o.grafting) << ','
-      << o.grafting_beta2 << ',' << o.grafting_epsilon << ',' << o.eigenvalue_corrected << ','
+      << unset(o.start_preconditioning_step) << ',' << o.use_bias_correction << ',' << static_cast<int>(o.grafting)
+      << ',' << unset(o.grafting_beta2) << ',' << o.grafting_epsilon << ',' << o.eigenvalue_corrected << ','
       << static_cast<int>(o.root_method) << ',' << static_cast<int>(o.eigensolver) << ',' << o.pseudo_inverse << ','
       << o.rank_rtol << ',' << o.rank_atol << ',' << o.num_tolerated_failed_amortized_computations << ','
-      << o.num_trainers_per_group << ',' << static_cast<int>(o.communication_dtype) << ','
+      << unset(o.num_trainers_per_group) << ',' << static_cast<int>(o.communication_dtype) << ','
       << static_cast<int>(o.distributed_cost_model);
     for (const auto& kv : o.inverse_exponent_override) d << ";o" << kv.first << '=' << kv.second;
     for (const auto& kv : o.inverse_exponent_override_dim)
@@ -909,7 +921,7 @@ Shampoo::Shampoo(ParameterSet params, CommonOptions common, ShampooOptions optio
           std::to_string(comm_->rank()) + ") has " + std::to_string(parameters().size()) +
           " parameters: " + describe_blocks());
     }
-    const int g = o.num_trainers_per_group == -1 ? comm_->size() : o.num_trainers_per_group;
+    const int g = o.num_trainers_per_group.value_or(comm_->size());
     group_comm_ = comm_->split_groups(g).first;
   }
   // The block list, its costs, and the owner of every block within the group.
@@ -1013,7 +1025,7 @@ std::string Shampoo::describe_blocks() const {
 
 void Shampoo::update(std::int64_t t, const std::vector<double>& lrs) {
   const std::int64_t f = options_.precondition_frequency;
-  const std::int64_t s = options_.start_preconditioning_step < 0 ? f : options_.start_preconditioning_step;
+  const std::int64_t s = options_.start_preconditioning_step.value_or(f);
   std::vector<double> wds(lrs.size()), peaks(lrs.size());
   for (std::size_t g = 0; g < lrs.size(); ++g) {
     wds[g]   = weight_decay(static_cast<int>(g));

@@ -6,10 +6,12 @@
 #ifndef KOPTIM_CONFIG_VALIDATORS_HPP
 #define KOPTIM_CONFIG_VALIDATORS_HPP
 
+#include <koptim/core/koptim_Check.hpp>
+
 #include <Teuchos_ParameterEntryValidator.hpp>
 #include <Teuchos_ParameterList.hpp>
 
-#include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,18 +22,28 @@ class KeyValidator : public Teuchos::ParameterEntryValidator {
  public:
   enum class Kind { real, integer, boolean, choice, real_array };
 
-  static Teuchos::RCP<const KeyValidator> real(double lo, double hi, bool lo_open = false, bool hi_open = false);
-  static Teuchos::RCP<const KeyValidator> integer(long long lo, long long hi = std::numeric_limits<int>::max());
+  // A value a list may give outside the range, with a meaning of its own: -1 for "unset" where
+  // the C++ option is a std::optional.
+  struct Special {
+    double value;
+    std::string meaning;
+  };
+  static Teuchos::RCP<const KeyValidator> real(const Range& range, std::optional<Special> special = {});
+  static Teuchos::RCP<const KeyValidator> integer(const Range& range, std::optional<Special> special = {});
   static Teuchos::RCP<const KeyValidator> boolean();
   static Teuchos::RCP<const KeyValidator> choice(std::vector<std::string> values);
-  static Teuchos::RCP<const KeyValidator> real_array(int length, double lo, double hi, bool lo_open = false,
-                                                     bool hi_open = false);
+  // A fixed-length array, one range per entry.
+  static Teuchos::RCP<const KeyValidator> real_array(std::vector<Range> entries);
 
   // "a real in [0, inf)", "one of: error, skip_step", ...
   std::string allowed() const;
   // "double", "int", "bool", "string", "Array(double)"
   std::string type_name() const;
   Kind kind() const { return kind_; }
+  // The range (one per entry of an array; empty for bool and choice) and the special value.
+  const std::vector<Range>& ranges() const { return ranges_; }
+  const std::optional<Special>& special() const { return special_; }
+  bool accepts(double v, std::size_t entry = 0) const;
 
   const std::string getXMLTypeName() const override { return "koptimKeyValidator"; }
   void printDoc(const std::string& docString, std::ostream& out) const override;
@@ -43,16 +55,12 @@ class KeyValidator : public Teuchos::ParameterEntryValidator {
 
  private:
   KeyValidator() = default;
-  bool in_range(double v) const;
   [[noreturn]] void reject(const Teuchos::ParameterEntry& entry, const std::string& paramName,
                            const std::string& sublistName, const std::string& problem) const;
 
-  Kind kind_    = Kind::real;
-  double lo_    = 0.0;
-  double hi_    = 0.0;
-  bool lo_open_ = false;
-  bool hi_open_ = false;
-  int length_   = 0;
+  Kind kind_ = Kind::real;
+  std::vector<Range> ranges_;
+  std::optional<Special> special_;
   std::vector<std::string> choices_;
 };
 

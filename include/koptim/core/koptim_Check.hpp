@@ -23,15 +23,37 @@ inline std::string real_string(double v) {
   return std::string(buf, r.ptr);
 }
 
-// Requires lo <= value <= hi (or < where open), value finite.
-inline void require_range(const std::string& optimizer, const std::string& key, double value, double lo, double hi,
-                          bool lo_open = false, bool hi_open = false) {
-  const bool ok = value == value && (lo_open ? value > lo : value >= lo) && (hi_open ? value < hi : value <= hi);
-  if (!ok) {
+// The allowed values of a real or integer key: lo <= v <= hi (< where open). Each key's range is
+// declared once (src/config/koptim_KeyRanges.hpp) and used by both the parameter-list validator
+// and the optimizer's constructor.
+struct Range {
+  double lo    = 0.0;
+  double hi    = 0.0;
+  bool lo_open = false;
+  bool hi_open = false;
+
+  bool contains(double v) const { return v == v && (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi); }
+  // "[0, 1)", "[1, 2147483647]": integers in full, reals in their shortest round-trip form.
+  std::string bounds(bool integer) const {
+    auto number = [&](double v) {
+      if (integer && std::isfinite(v)) return std::to_string(static_cast<long long>(v));
+      return real_string(v);
+    };
+    return (lo_open ? "(" : "[") + number(lo) + ", " + number(hi) + (hi_open ? ")" : "]");
+  }
+  // "a real in [0, 1)", "an integer in [1, 2147483647]".
+  std::string text(bool integer) const { return (integer ? "an integer in " : "a real in ") + bounds(integer); }
+};
+
+// Throws ConfigError "koptim::<optimizer>: <key> = <value> is not allowed; allowed: <range>"
+// unless r contains value.
+inline void require(const std::string& optimizer, const std::string& key, double value, const Range& r,
+                    bool integer = false) {
+  if (!r.contains(value)) {
     std::ostringstream s;
-    s << "koptim::" << optimizer << ": " << key << " = " << real_string(value)
-      << " is not allowed; allowed: " << (lo_open ? "(" : "[") << real_string(lo) << ", " << real_string(hi)
-      << (hi_open ? ")" : "]");
+    s << "koptim::" << optimizer << ": " << key << " = "
+      << (integer && std::isfinite(value) ? std::to_string(static_cast<long long>(value)) : real_string(value))
+      << " is not allowed; allowed: " << r.text(integer);
     throw ConfigError(s.str());
   }
 }

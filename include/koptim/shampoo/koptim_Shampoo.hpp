@@ -16,6 +16,7 @@
 
 #include <array>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -46,22 +47,22 @@ const char* to_string(Grafting g);
 std::vector<int> assign_blocks(const std::vector<double>& costs, int num_ranks);
 
 struct ShampooOptions {
-  std::array<double, 2> betas             = {0.9, 1.0};
-  double beta3                            = -1.0;  // -1: beta3 = betas[0]
-  double epsilon                          = 1e-12;
-  double momentum                         = 0.0;
-  double dampening                        = 0.0;
-  bool use_nesterov                       = false;
-  WeightDecayType weight_decay_type       = WeightDecayType::decoupled;
-  std::int64_t max_preconditioner_dim     = 1024;
-  bool use_merge_dims                     = true;
-  std::int64_t precondition_frequency     = 1;
-  std::int64_t start_preconditioning_step = -1;  // -1: precondition_frequency
-  bool use_bias_correction                = true;
-  Grafting grafting                       = Grafting::none;
-  double grafting_beta2                   = -1.0;  // -1: 0.99 for RMSProp, 0.999 for Adam
-  double grafting_epsilon                 = 1e-10;
-  bool eigenvalue_corrected               = false;
+  std::array<double, 2> betas = {0.9, 1.0};
+  std::optional<double> beta3;  // unset: betas[0]
+  double epsilon                      = 1e-12;
+  double momentum                     = 0.0;
+  double dampening                    = 0.0;
+  bool use_nesterov                   = false;
+  WeightDecayType weight_decay_type   = WeightDecayType::decoupled;
+  std::int64_t max_preconditioner_dim = 1024;
+  bool use_merge_dims                 = true;
+  std::int64_t precondition_frequency = 1;
+  std::optional<std::int64_t> start_preconditioning_step;  // unset: precondition_frequency
+  bool use_bias_correction = true;
+  Grafting grafting        = Grafting::none;
+  std::optional<double> grafting_beta2;  // unset: 0.99 for RMSProp, 0.999 for Adam
+  double grafting_epsilon   = 1e-10;
+  bool eigenvalue_corrected = false;
   // Exponent a of X = L^-a: by block order ({order: a}) and by order and dimension.
   std::map<int, double> inverse_exponent_override;
   std::map<std::pair<int, int>, double> inverse_exponent_override_dim;
@@ -71,8 +72,9 @@ struct ShampooOptions {
   double rank_rtol                                = 0.0;
   double rank_atol                                = 0.0;
   int num_tolerated_failed_amortized_computations = 3;
-  // Distribution (with a communicator): ranks per group sharing the work (-1: all); groups replicate.
-  int num_trainers_per_group                  = -1;
+  // Distribution (with a communicator): ranks per group sharing the work (unset: all); groups
+  // replicate it.
+  std::optional<int> num_trainers_per_group;
   CommunicationDType communication_dtype      = CommunicationDType::float32;
   DistributedCostModel distributed_cost_model = DistributedCostModel::bytes;
 };

@@ -136,6 +136,11 @@ bool mpi_reports_cuda_support();
 // is built with NCCL). Takes ownership of dup. Collective over dup.
 std::shared_ptr<comm::Communicator> make_nccl_communicator(MPI_Comm dup);
 
+// Throws ConfigError on every rank when the ranks of comm do not describe the same optimizer
+// (parameters and configuration, as summarised by descriptor): never a hang or a silent mismatch.
+void check_same_on_all_ranks(const comm::Communicator& comm, const std::string& optimizer,
+                             const std::string& descriptor);
+
 }  // namespace Impl
 }  // namespace koptim
 

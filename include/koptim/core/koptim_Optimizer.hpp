@@ -182,70 +182,8 @@ GradientCheck check_gradient(const TensorRef& t, bool squares);
 // holds a NaN or Inf, or (nonnegative) a negative value. Changes nothing.
 void check_values(const StateTensor& t, const std::string& key, bool nonnegative);
 
-// Throws ConfigError on every rank when the ranks of comm do not describe the same optimizer
-// (parameters and configuration, as summarised by descriptor): never a hang or a silent mismatch.
-void check_same_on_all_ranks(const comm::Communicator& comm, const std::string& optimizer,
-                             const std::string& descriptor);
 // Names, scalar types, shapes, layouts and groups of the parameters, and the common options.
 std::string describe_parameters(const Optimizer& opt);
-
-// Base of optimizers whose state is a fixed set of element-wise buffers ("slots", e.g. exp_avg
-// and exp_avg_sq) shaped like the parameters. With a communicator the state is sharded: the
-// elements of all parameters of one scalar type, concatenated in registration order, are cut into
-// one contiguous slice per rank; each rank keeps the state of its slice, updates it, and one
-// all-gather per scalar type shares the new parameter values. Element-wise updates make the
-// result bitwise equal to one process.
-class ElementwiseOptimizer : public Optimizer {
- public:
-  std::size_t state_bytes() const override;
-  bool sharded() const { return comm_ != nullptr; }
-  StatePart state_part(const std::string& key) const override;
-  std::shared_ptr<comm::Communicator> communicator() const override { return comm_; }
-
- protected:
-  // A contiguous range of one parameter's elements whose state this rank holds: the whole
-  // parameter unless sharded.
-  struct Piece {
-    int param           = 0;
-    std::int64_t offset = 0, size = 0;
-    std::vector<Buffer> buffers;  // one per slot, piece-sized
-  };
-
-  // options_descriptor: the derived optimizer's own hyperparameters as text, for the check that
-  // every rank builds the same optimizer.
-  ElementwiseOptimizer(std::string name, ParameterSet params, CommonOptions common, std::vector<std::string> slots,
-                       std::vector<double> fill = {}, std::shared_ptr<comm::Communicator> comm = nullptr,
-                       const std::string& options_descriptor = "");
-
-  const std::vector<Piece>& pieces() const { return pieces_; }
-  // The piece's elements of the parameter and of its gradient.
-  template <class T>
-  Kokkos::View<T*, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> piece_param(const Piece& pc) const {
-    return Kokkos::subview(parameters()[pc.param].param.template flat<T>(),
-                           std::make_pair(pc.offset, pc.offset + pc.size));
-  }
-  template <class T>
-  Kokkos::View<T*, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> piece_grad(const Piece& pc) const {
-    return Kokkos::subview(parameters()[pc.param].grad.template flat<T>(),
-                           std::make_pair(pc.offset, pc.offset + pc.size));
-  }
-
-  // The update of every piece; the all-gather of the sharded parameters follows.
-  virtual void update_pieces(std::int64_t t, const std::vector<double>& lrs) = 0;
-
-  void export_tensors(OptimizerState& state) const override;
-  void check_tensors(const OptimizerState& state) const override;
-  void import_tensors(const OptimizerState& state) override;
-
- private:
-  void update(std::int64_t t, const std::vector<double>& lrs) final;
-  std::string key(const Piece& pc, std::size_t slot) const;
-
-  std::vector<std::string> slots_;
-  std::vector<Piece> pieces_;
-  std::shared_ptr<comm::Communicator> comm_;
-  std::int64_t chunk_[2] = {0, 0};  // sharded: elements per rank, float and double
-};
 
 }  // namespace Impl
 }  // namespace koptim

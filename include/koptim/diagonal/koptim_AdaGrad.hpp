@@ -3,7 +3,7 @@
 #ifndef KOPTIM_DIAGONAL_ADAGRAD_HPP
 #define KOPTIM_DIAGONAL_ADAGRAD_HPP
 
-#include <koptim/core/koptim_Optimizer.hpp>
+#include <koptim/diagonal/koptim_ElementwiseOptimizer.hpp>
 
 namespace koptim {
 

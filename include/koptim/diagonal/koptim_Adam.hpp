@@ -5,7 +5,7 @@
 #ifndef KOPTIM_DIAGONAL_ADAM_HPP
 #define KOPTIM_DIAGONAL_ADAM_HPP
 
-#include <koptim/core/koptim_Optimizer.hpp>
+#include <koptim/diagonal/koptim_ElementwiseOptimizer.hpp>
 
 #include <array>
 

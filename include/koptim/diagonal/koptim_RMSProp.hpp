@@ -4,7 +4,7 @@
 #ifndef KOPTIM_DIAGONAL_RMSPROP_HPP
 #define KOPTIM_DIAGONAL_RMSPROP_HPP
 
-#include <koptim/core/koptim_Optimizer.hpp>
+#include <koptim/diagonal/koptim_ElementwiseOptimizer.hpp>
 
 namespace koptim {
 

@@ -5,7 +5,7 @@
 #ifndef KOPTIM_DIAGONAL_SGD_HPP
 #define KOPTIM_DIAGONAL_SGD_HPP
 
-#include <koptim/core/koptim_Optimizer.hpp>
+#include <koptim/diagonal/koptim_ElementwiseOptimizer.hpp>
 
 namespace koptim {
 

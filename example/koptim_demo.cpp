@@ -31,6 +31,7 @@ const char* const usage =
     "  --restart DIR        continues each run from DIR/<task>_<optimizer>.h5 where that file exists\n"
     "  --quiet              no progress lines\n"
     "  --print-parameters   prints the reference of every parameter-list key (Markdown) and exits\n"
+    "  --version            prints koptim's version and the git commit it was built from, and exits\n"
     "  --help               this text";
 
 struct Task {
@@ -155,6 +156,9 @@ void demo(int argc, char** argv) {
       progress = false;
     } else if (f == "--print-parameters") {
       print = true;
+    } else if (f == "--version") {
+      std::printf("koptim %s (git %s)\n", koptim::version_string(), koptim::git_hash());
+      return;
     } else if (f == "--help") {
       std::printf("%s\n", usage);
       return;
@@ -170,7 +174,7 @@ void demo(int argc, char** argv) {
   std::filesystem::create_directories(dir);
 
   const std::string root = KOPTIM_EXAMPLE_DIR;
-  std::printf("koptim %s (git %s), Kokkos %d, execution space %s\n", KOPTIM_VERSION_STRING, KOPTIM_GIT_HASH,
+  std::printf("koptim %s (git %s), Kokkos %d, execution space %s\n", KOPTIM_VERSION_STRING, koptim::git_hash(),
               KOKKOS_VERSION, Kokkos::DefaultExecutionSpace::name());
   std::vector<Task> tasks;
   if (task_name != "burgers") tasks.push_back({"digits", "accuracy", "test accuracy", digits_layers, 1000, 64, 10});

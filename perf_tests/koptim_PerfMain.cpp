@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
     int n = static_cast<int>(args.size());
     benchmark::Initialize(&n, args.data());
     benchmark::AddCustomContext("koptim_version", KOPTIM_VERSION_STRING);
-    benchmark::AddCustomContext("koptim_git_hash", KOPTIM_GIT_HASH);
+    benchmark::AddCustomContext("koptim_git_hash", koptim::git_hash());
     benchmark::AddCustomContext("kokkos_version", std::to_string(KOKKOS_VERSION));
     benchmark::AddCustomContext("kokkos_execution_space", Kokkos::DefaultExecutionSpace::name());
     benchmark::AddCustomContext("kokkos_concurrency", std::to_string(Kokkos::DefaultExecutionSpace().concurrency()));

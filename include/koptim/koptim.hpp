@@ -2,7 +2,7 @@
 #ifndef KOPTIM_HPP
 #define KOPTIM_HPP
 
-#include <koptim_config.hpp>
+#include <koptim/koptim_Version.hpp>
 
 #include <koptim/core/koptim_Kokkos.hpp>
 #include <koptim/core/koptim_Error.hpp>

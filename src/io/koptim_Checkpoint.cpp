@@ -15,6 +15,7 @@
 #include <koptim/comm/koptim_Communicator.hpp>
 #include <koptim/config/koptim_Factory.hpp>
 #include <koptim/core/koptim_Profiling.hpp>
+#include <koptim/koptim_Version.hpp>
 
 #include <koptim_config.hpp>
 
@@ -1000,7 +1001,7 @@ void save_checkpoint(const std::string& path, const Optimizer& opt, const SaveOp
       write_string(file, "format", format_name, "the file");
       write_int(file, "format_version", checkpoint_format_version, "the file");
       write_string(file, "koptim_version", KOPTIM_VERSION_STRING, "the file");
-      write_string(file, "koptim_git_hash", KOPTIM_GIT_HASH, "the file");
+      write_string(file, "koptim_git_hash", koptim::git_hash(), "the file");
       write_string(file, "optimizer", opt.name(), "the file");
       write_int(file, "num_ranks", r.size(), "the file");
       write_int(file, "has_parameter_values", options.save_parameters ? 1 : 0, "the file");

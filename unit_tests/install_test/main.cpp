@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
     const double expect = 1.0 * (1 - 0.1 * 0.01) - 0.1 / (1 + 1e-8);
     for (int i = 0; i < 10; ++i) rc |= std::abs(h(i) - expect) > 1e-12;
     std::printf("koptim %s (git %s, Kokkos %d): w[0] = %.15g, expected %.15g: %s\n", KOPTIM_VERSION_STRING,
-                KOPTIM_GIT_HASH, KOKKOS_VERSION, h(0), expect, rc ? "FAILED" : "ok");
+                koptim::git_hash(), KOKKOS_VERSION, h(0), expect, rc ? "FAILED" : "ok");
   }
   Kokkos::finalize();
   MPI_Finalize();

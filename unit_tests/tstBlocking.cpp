@@ -1,4 +1,4 @@
-// Shampoo blocking (ALGORITHMS.md 2.1): merged shapes from the spec's examples and hand
+// Shampoo blocking (docs/shampoo.md, "Blocking"): merged shapes from the reference's examples and hand
 // derivations, blocks checked against a brute-force coverage count, and the greedy
 // merge rule checked as a property on random shapes.
 #include <koptim/shampoo/koptim_BlockMap.hpp>

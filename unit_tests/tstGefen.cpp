@@ -1,4 +1,4 @@
-// Tests of the Gefen optimizer: steps against a plain host implementation of ALGORITHMS.md 3.3
+// Tests of the Gefen optimizer: steps against a plain host implementation of the step of docs/gefen.md
 // written here (bitwise where the order of operations is the same), the initialisation glue
 // (partition per tensor, codebook from the scale-block-normalised histogram), the quantized
 // momentum against an fp32 momentum over 200 steps, exact state bytes and the per-tensor report,
@@ -111,7 +111,7 @@ std::vector<double> values(const koptim::StateTensor& t) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The reference: ALGORITHMS.md 3.3 for one tensor in plain host loops, in precision T, with the
+// The reference: the step of docs/gefen.md for one tensor in plain host loops, in precision T, with the
 // partition, the kind of second moment and the codebook given (they are what initialisation
 // decided; the tests check those decisions separately).
 template <class T>
@@ -345,7 +345,7 @@ TEST(Gefen, ReferenceConfigsCoverEveryKind) {
   EXPECT_TRUE(kinds.count(GefenSecondMoment::full));
 }
 
-// A 64x96 matrix with per-row scales gets p = 96 (ALGORITHMS.md 3.1), one shared second
+// A 64x96 matrix with per-row scales gets p = 96 (the partition rule), one shared second
 // moment per row; the quantized first moment at t = 1 is (1 - b1) g quantized.
 TEST(Gefen, PerRowScalesShareOneSecondMomentPerRow) {
   TestTensor<float> w({64, 96}, "w");

@@ -102,7 +102,7 @@ Weighted random_bins(std::mt19937_64& rng, int M, const std::function<double()>&
 }
 
 // The histogram a host loop makes from gradient-like data: blocks of `block` normal values
-// with a per-block scale, divided by the block absmax, counted as ALGORITHMS.md 3.1 says.
+// with a per-block scale, divided by the block absmax, counted as docs/gefen.md (first step, 2) says.
 std::vector<std::int64_t> host_histogram(const std::vector<double>& g, std::int64_t block) {
   std::vector<std::int64_t> counts(histogram_bins, 0);
   for (std::size_t b = 0; b < g.size() / block; ++b) {

@@ -1,4 +1,4 @@
-// Tests of Gefen's partition rules: the behaviours ALGORITHMS.md 3.1 promises, the limits
+// Tests of Gefen's partition rules: the behaviours the partition rule promises, the limits
 // (p > 8, n / p >= 4, the cap above 1024), the tie rule, and the prefix-sum implementation
 // against a direct one written here, on the host and through Kokkos Views.
 #include <koptim/gefen/koptim_GefenPartition.hpp>
@@ -190,7 +190,7 @@ using koptim_test::expect_error;
 
 }  // namespace
 
-// ALGORITHMS.md 3.1: a 64x96 matrix with per-row gradient scales gives 96.
+// The rule's examples: a 64x96 matrix with per-row gradient scales gives 96.
 TEST(GefenPartition, PerRowScales64x96Gives96) {
   std::mt19937_64 rng(1);
   for (int seed = 0; seed < 10; ++seed) {
@@ -203,7 +203,7 @@ TEST(GefenPartition, PerRowScales64x96Gives96) {
   }
 }
 
-// ALGORITHMS.md 3.1: 256x1024 with per-row scales gives 1024.
+// The rule's examples: 256x1024 with per-row scales gives 1024.
 TEST(GefenPartition, PerRowScales256x1024Gives1024) {
   std::mt19937_64 rng(2);
   for (int seed = 0; seed < 3; ++seed) {
@@ -213,7 +213,7 @@ TEST(GefenPartition, PerRowScales256x1024Gives1024) {
   }
 }
 
-// ALGORITHMS.md 3.1: constant gradients give 1, whatever the constant and the shape. All
+// The rule's examples: constant gradients give 1, whatever the constant and the shape. All
 // scores are exactly 0 here (the rule's shift by x_0 keeps rounding out of them), so no
 // candidate is a strict local maximum.
 TEST(GefenPartition, ConstantGradientsGive1) {

@@ -24,7 +24,7 @@ using koptim_test::world;
 
 constexpr long long replicated = 256 * 4 + 2 * (8192 + 1);  // codebook and lookup table, on every rank
 
-// Per-row scales give a tensor p = its row length (ALGORITHMS.md 3.1).
+// Per-row scales give a tensor p = its row length.
 double gradient(std::uint64_t tensor, int step, std::int64_t i, std::int64_t row_len) {
   const int e = static_cast<int>(koptim_test::mix(tensor * 1000 + i / row_len) % 7) - 3;
   return std::ldexp(koptim_test::value(17, tensor, step, i), e);

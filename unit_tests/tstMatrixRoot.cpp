@@ -1,4 +1,4 @@
-// Inverse matrix roots (ALGORITHMS.md 2.2 step 3 and section 4): the spec's 3x3 example,
+// Inverse matrix roots (docs/shampoo.md, "What one step does", step 2): a 3x3 example with known roots,
 // closed forms for identity, diagonal, [-1,2,-1] tridiagonal and reflector-built matrices,
 // rank-deficient factors, the failure statuses, and the coupled Newton iteration against
 // the eigendecomposition.
@@ -171,7 +171,7 @@ TEST(MatrixRoot, ShampooExampleDouble) {
 }
 
 TEST(MatrixRoot, ShampooExampleFloat) {
-  // Single precision: good to about 1e-2 relative at this conditioning (ALGORITHMS.md 4).
+  // Single precision: good to about 1e-2 relative at this conditioning.
   for (auto m : {RootMethod::eigen, RootMethod::coupled_newton}) {
     for (auto s : {EighSolver::lapack, EighSolver::jacobi}) {
       Dense X(3);

@@ -5,7 +5,7 @@
 // (parameters and the whole exported state), or the step threw a koptim::Error and changed
 // nothing (parameters and export_state() compared before and after).
 //
-// The defects of issue 11 (numerics and state import) have their own tests below: a huge finite
+// The numerics and state-import defects found in review have their own tests below: a huge finite
 // gradient freezing the element-wise optimizers, coupled Newton on a rank-1 factor, the
 // "unchecked" policy checking, state import accepting NaN, negative, transposed or overflowing
 // entries, ParameterSet::add_ref trusting its TensorRef, and a huge max_preconditioner_dim.

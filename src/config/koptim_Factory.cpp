@@ -279,7 +279,7 @@ const std::vector<Entry>& entries() {
          return std::make_unique<AdamW>(p, c, adam_options(l), sharding(l, comm));
        }},
       {"Shampoo",
-       "Distributed Shampoo (single process): block-diagonal Kronecker-factored preconditioning with grafting.",
+       "Distributed Shampoo: block-diagonal Kronecker-factored preconditioning with grafting.",
        [](ParameterList& l) {
          add_common(l, 1e-2, 0.0, "Weight decay, applied as weight_decay_type says");
          Teuchos::Array<double> betas(2);

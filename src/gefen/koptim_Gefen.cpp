@@ -244,7 +244,7 @@ Scalars<T> make_scalars(const GefenOptions& o, std::int64_t t, double lr, double
   return s;
 }
 
-// 3.3 step 3: the new first moment from the stored (dequantized) one.
+// The new first moment from the stored (dequantized) one.
 template <class T>
 KOKKOS_INLINE_FUNCTION T momentum(T entry, T absmax_old, T g, T b1, T one_minus_b1) {
   return b1 * (entry * absmax_old) + one_minus_b1 * g;
@@ -281,8 +281,8 @@ using Member     = TeamPolicy::member_type;
 using Codebook   = Kokkos::View<float*, MemorySpace>;
 using Pairs      = Kokkos::View<std::uint16_t*, MemorySpace>;
 
-// 3.3 steps 1 and 3-4 over one block of n elements from `begin`: the new momentum's max |m|, and
-// the sum of g^2 when the block shares its second moment (WithSum; otherwise it stays 0).
+// The reductions of one step (koptim_Gefen.hpp, "One step") over one block of n elements from `begin`: the new
+// momentum's max |m|, and the sum of g^2 when the block shares its second moment (WithSum; otherwise it stays 0).
 template <bool WithSum, class T, class G, class Idx>
 KOKKOS_INLINE_FUNCTION BlockScan<T> scan_block(const Member& team, std::int64_t begin, std::int64_t n, const G& g,
                                                const Idx& idx, const Codebook& cb, T absmax_old, const Scalars<T>& s) {

@@ -319,8 +319,8 @@ std::size_t ShampooBlocks<T>::state_bytes() const {
   return n;
 }
 
-// Step 2.2.1, 2.2.2, the grafting accumulators (2.2.5) and the filtered gradient (2.2.4), for
-// every block.
+// docs/shampoo.md step 1 for every block: the gradient gathered (L2 weight decay added), the
+// factor updates, the grafting accumulators and the filtered gradient.
 template <class T>
 std::string ShampooBlocks<T>::prepare(const std::vector<double>& wds, bool check, std::string& parameter) {
   for (auto& b : blocks_) {
@@ -387,7 +387,7 @@ void ShampooBlocks<T>::accumulate(std::int64_t t) {
             a(e) = adagrad ? Impl::accumulate_square(a(e), g(e)) : Impl::ema_square(a(e), g(e), gb, one_minus_gb);
           });
     }
-    // Filtered gradient and its bias correction: mhat = M_hat of step 2.2.4.
+    // Filtered gradient and its bias correction: mhat = M_hat of step 4 (docs/shampoo.md).
     {
       const auto m = b.filtered, mhat = b.mhat;
       const bool filter = b.filtered.size() > 0, separate = b3_ != b1_;
@@ -410,7 +410,7 @@ void ShampooBlocks<T>::accumulate(std::int64_t t) {
   }
 }
 
-// Eigenvalue correction (2.3): E <- b2 E + w R^2, R = G rotated into the eigenbasis, after the
+// Eigenvalue correction (docs/shampoo.md step 3): E <- b2 E + w R^2, R = G rotated into the eigenbasis, after the
 // factors' eigenvectors have been refreshed at this step (as the reference implementation does).
 template <class T>
 void ShampooBlocks<T>::correct() {
@@ -450,7 +450,7 @@ void ShampooBlocks<T>::precondition(BlockState<T>& b, const Vec<T>& in, const Ve
   }
 }
 
-// Step 2.2.3: inverse roots (or eigenvectors) of every factor, batched by size.
+// Step 2 (docs/shampoo.md): inverse roots (or eigenvectors) of every factor, batched by size.
 template <class T>
 void ShampooBlocks<T>::amortized(std::int64_t t) {
   const double scale = o_.use_bias_correction && b2_ < 1.0 ? 1.0 / (1.0 - std::pow(b2_, static_cast<double>(t))) : 1.0;
@@ -622,7 +622,7 @@ void ShampooBlocks<T>::apply(std::int64_t t, const std::vector<double>& lrs, con
             "koptim::Shampoo::graft_rescale", b.size, KOKKOS_LAMBDA(const std::int64_t e) { p(e) = p(e) * ratio; });
       }
     }
-    // Weight decay (2.2.6), momentum (2.2.7), update U = lr P and W -= U (2.2.8).
+    // Weight decay, momentum, update U = lr P (docs/shampoo.md step 4) and W -= U (step 5).
     const double lr = lrs[prm.group], wd = wds[prm.group], peak = base_lrs[prm.group];
     double alpha = 0.0;
     switch (o_.weight_decay_type) {

@@ -1,4 +1,4 @@
-// Gefen: a memory-efficient drop-in replacement for AdamW (ALGORITHMS.md section 3). Same
+// Gefen: a memory-efficient drop-in replacement for AdamW (docs/gefen.md). Same
 // hyperparameters as AdamW (lr, betas, eps, decoupled weight_decay), about 1 byte of state per
 // parameter instead of 8: the first moment is one uint8 codebook index per element times one
 // absmax per scale block, and the second moment is shared by the elements of a block.
@@ -10,7 +10,7 @@
 // gradients normalised by their scale block (koptim_GefenCodebook.hpp). Before the first step
 // Gefen holds no state (state_bytes() is 0, tensor_info() reports p = 0).
 //
-// Storage per tensor of n elements, scalars in the parameter's precision T (ALGORITHMS.md 3.2):
+// Storage per tensor of n elements, scalars in the parameter's precision T (docs/gefen.md, "Storage per tensor"):
 //
 //   kind          when                                second moment           momentum scales
 //   shared        p > 1                               n / p values            n / p (scale block = p)
@@ -22,25 +22,27 @@
 // (256 float) and its nearest-entry lookup table (8193 pairs of uint8 for a learned codebook; an
 // imported one whose distinct entries are closer than 2^-12 may need up to 65537).
 //
-// Factored second moment (koptim deviation of 3.2, Adafactor-style): the tensor is viewed as a
+// Factored second moment (a koptim deviation from the reference, Adafactor-style): the tensor is viewed as a
 // matrix (rows, cols) in memory order, rows = the extent of its slowest-varying dimension of
 // extent > 1 (the first one for LayoutRight, the last one for LayoutLeft), cols = n / rows.
 //   R_i <- b2 R_i + (1 - b2) mean_j g_ij^2,   C_j <- b2 C_j + (1 - b2) mean_i g_ij^2,
 //   v_ij = R_i C_j (1 / mean_i(R_i))          (in double; 0 while mean(R) = 0),
 // which is exact for a rank-one g^2 and carries the same bias (1 - b2^t) as a per-element EMA.
 //
-// One step (3.3), per element i of block b, scale block a, in T unless noted:
-//   v_b   <- v_b b2 + (1 - b2) T(mean_{i in b} g_i^2)   (the sum in double; full: v_i b2 + (1-b2) g_i g_i)
+// One step, per element i of block b, scale block a, in T unless noted:
+//   v_b   <- v_b b2 + (1 - b2) T(mean_{i in b} g_i^2)   (the sum in double)
+//   v_i   <- v_i b2 + (1 - b2) g_i g_i                  (full; factored: R, C as above)
 //   W_i   <- W_i T(1 - lr wd)                           (a factor of exactly 1 when wd = 0)
 //   m_i    = b1 (codebook[idx_i] absmax_a) + (1 - b1) g_i
-//   absmax_a <- max_{i in a} |m_i|;  idx_i <- nearest codebook entry to x_i = m_i (1 / absmax_a)
+//   absmax_a <- max_{i in a} |m_i|
+//   idx_i  <- the codebook entry nearest to x_i = m_i (1 / absmax_a)
 //             (ties to the lower entry; x_i = m_i / absmax_a where 1 / absmax_a overflows, 0 when
 //             absmax_a = 0)
-//   shared:        W_i <- W_i + codebook[idx_i] ((T(-lr / (1 - b1^t)) absmax_a) / (sqrt(v_b) / T(sqrt(1 - b2^t)) +
-//   eps)) full/factored: W_i <- W_i + (T(-lr / (1 - b1^t)) codebook[idx_i] absmax_a) / (sqrt(v_i) / T(sqrt(1 - b2^t)) +
-//   eps)
-// which is 3.3 step 5 written in torch's Adam order of operations (shared: one division per
-// block). The block sums and maxima are team reductions: sums associate differently on each
+//   c      = T(-lr / (1 - b1^t)),  d = T(sqrt(1 - b2^t))
+//   shared:        W_i <- W_i + codebook[idx_i] ((c absmax_a) / (sqrt(v_b) / d + eps))
+//   full/factored: W_i <- W_i + (c codebook[idx_i] absmax_a) / (sqrt(v_i) / d + eps)
+// which is the AdamW update from the requantized momentum, in torch's Adam order of operations
+// (shared: one division per block). The block sums and maxima are team reductions: sums associate differently on each
 // backend (8 lanes on CPUs), maxima never do.
 //
 // Sharded state (a communicator of N > 1 ranks; the factory's shard_state): each rank keeps the
@@ -56,7 +58,7 @@
 // otherwise), and an error on one rank during a step reaches every rank.
 //
 // Memory order: Gefen flattens every tensor in memory order. For LayoutRight Views that is the
-// row-major order of ALGORITHMS.md; a LayoutLeft View of shape (a, b) is treated as the
+// row-major (torch) order; a LayoutLeft View of shape (a, b) is treated as the
 // row-major tensor (b, a) it is in memory (partitions and factors follow that).
 #ifndef KOPTIM_GEFEN_GEFEN_HPP
 #define KOPTIM_GEFEN_GEFEN_HPP

@@ -1,4 +1,4 @@
-// Gefen's learned 256-entry quantization codebook (ALGORITHMS.md 3.1, "Codebook").
+// Gefen's learned 256-entry quantization codebook (docs/gefen.md, "The method as implemented", first step).
 //
 // Gefen keeps its first moment as one byte per element: an index into a codebook of
 // normalised values in [-1, 1], times one absmax per scale block. The codebook is learned once,
@@ -218,7 +218,7 @@ class MiddleLayer {
   std::vector<double> buffer_;
 };
 
-// The dynamic programme of ALGORITHMS.md 3.1. D_k[j] is the least cost of points [0, j) in k
+// The dynamic programme of the codebook. D_k[j] is the least cost of points [0, j) in k
 // clusters, the first pinned at -1: D_1[j] = first(j), D_k[j] = min_i D_{k-1}[i] + middle(i, j)
 // for 2 <= k <= K-1, and the optimum is min_i D_{K-1}[i] + last(i). Each j and k only ranges
 // over splits that leave every remaining cluster a point. Ties keep the smallest split index.

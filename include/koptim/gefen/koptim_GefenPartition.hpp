@@ -1,5 +1,5 @@
 // Gefen's automatic partition of a tensor into blocks that share a second moment
-// (ALGORITHMS.md 3.1, "Partition").
+// (docs/gefen.md, "The method as implemented", first step).
 //
 // At the first step Gefen looks at the first gradient g0 of each tensor (flattened, row-major)
 // and picks a block size p dividing its n elements: consecutive blocks of p elements then share

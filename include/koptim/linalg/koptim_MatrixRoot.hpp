@@ -1,5 +1,5 @@
 // Inverse matrix roots X = (L + eps I)^(-a) of symmetric positive semidefinite factor
-// matrices, the core of Shampoo's "amortized computation" (ALGORITHMS.md 2.2 step 3).
+// matrices, the core of Shampoo's "amortized computation" (docs/shampoo.md, "What one step does", step 2).
 //
 // batched_inverse_root() takes a batch of same-size factors (batch x n x n, any memory space)
 // with one exponent per matrix and returns one RootInfo per matrix, so that the optimizer can
@@ -130,7 +130,7 @@ std::vector<int> to_host_vector(const ViewType& d) {
   return v;
 }
 
-// lambda^-a under the rules of ALGORITHMS.md 2.2 step 3, given the smallest and largest
+// lambda^-a under the shift rule of docs/shampoo.md ("What one step does", step 2), given the smallest and largest
 // eigenvalue of the same matrix; ok becomes false when the weight would not be finite.
 // Every comparison here is on finite values.
 template <class T>

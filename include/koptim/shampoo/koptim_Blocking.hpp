@@ -1,5 +1,5 @@
 // Shampoo's blocking: how a parameter tensor of any shape is cut into the blocks that get
-// Kronecker-factored preconditioners (ALGORITHMS.md 2.1).
+// Kronecker-factored preconditioners (docs/shampoo.md, "Blocking").
 //
 // compute_block_layout() is a pure function of a shape and two options. It drops size-1
 // dimensions (a 0-D tensor becomes a 1-vector), optionally merges adjacent dimensions from

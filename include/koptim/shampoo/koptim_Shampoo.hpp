@@ -1,12 +1,12 @@
-// Distributed Shampoo (single process): block-diagonal Kronecker-factored preconditioning with
+// Distributed Shampoo: block-diagonal Kronecker-factored preconditioning with
 // learning-rate grafting, amortized inverse roots, and the eigenvalue-corrected (SOAP-like)
-// variant. The math and the order of operations are those of ALGORITHMS.md section 2.
+// variant. The math and the order of operations: docs/shampoo.md.
 //
 // Each parameter is cut into blocks (koptim_Blocking.hpp). A block is the unit of work and of
 // state: its factor matrices L_j, their inverse roots X_j (or eigenvectors Q_j), its filtered
 // gradient, grafting and momentum buffers. One step computes every block's lr-scaled update
-// U = lr P into an update buffer, then applies W -= U; the distributed version (issue 5) lets
-// each rank compute its own blocks' U and all-gathers them in between.
+// U = lr P into an update buffer, then applies W -= U; with a communicator each rank
+// computes its own blocks' U and all-gathers them in between.
 #ifndef KOPTIM_SHAMPOO_SHAMPOO_HPP
 #define KOPTIM_SHAMPOO_SHAMPOO_HPP
 

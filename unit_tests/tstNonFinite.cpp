@@ -69,4 +69,39 @@ TEST_P(NonFinite, SkipStepSkipsAndContinues) {
 
 INSTANTIATE_TEST_SUITE_P(AllDiagonal, NonFinite, ::testing::Values("SGD", "AdaGrad", "RMSProp", "Adam", "AdamW"));
 
+// The gradient check works in chunks on CPUs (the largest magnitude per chunk first): refused
+// values at every chunk boundary, in a partial last chunk and in the first element are counted
+// exactly, with the first one's index and value, in float and double; a value just below the
+// square limit is not refused.
+template <class T>
+void check_chunk_boundaries() {
+  const T huge = std::nextafter(koptim::Impl::largest_squarable<T>(), std::numeric_limits<T>::infinity());
+  for (std::int64_t n : {1, 2047, 2048, 2049, 6001}) {
+    for (std::int64_t at : {std::int64_t(0), n / 2, n - 1, std::int64_t(2047), std::int64_t(2048)}) {
+      if (at >= n) continue;
+      TestTensor<T> t({n}, "g");
+      t.set(true, [&](std::int64_t i) { return i == at ? huge : koptim::Impl::largest_squarable<T>(); });
+      koptim::ParameterSet ps;
+      t.add_to(ps, "g");
+      const auto squares = koptim::Impl::check_gradient(ps[0].grad, true);
+      EXPECT_EQ(squares.refused, 1) << n << " " << at;
+      EXPECT_EQ(squares.nonfinite, 0) << n << " " << at;
+      EXPECT_EQ(squares.first, at) << n << " " << at;
+      EXPECT_EQ(squares.first_value, static_cast<double>(huge));
+      EXPECT_EQ(koptim::Impl::check_gradient(ps[0].grad, false).refused, 0) << n << " " << at;
+      // NaN and Inf at two places: both counted, the first named.
+      t.set(true, [&](std::int64_t i) {
+        return i == at ? std::numeric_limits<T>::quiet_NaN() : i == n - 1 ? -std::numeric_limits<T>::infinity() : T(1);
+      });
+      const auto r = koptim::Impl::check_gradient(ps[0].grad, false);
+      EXPECT_EQ(r.refused, at == n - 1 ? 1 : 2) << n << " " << at;
+      EXPECT_EQ(r.nonfinite, r.refused);
+      EXPECT_EQ(r.first, at);
+    }
+  }
+}
+
+TEST(GradientCheck, ChunkBoundariesFloat) { check_chunk_boundaries<float>(); }
+TEST(GradientCheck, ChunkBoundariesDouble) { check_chunk_boundaries<double>(); }
+
 }  // namespace

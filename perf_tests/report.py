@@ -43,12 +43,16 @@ def main(path):
         ctx.get("num_cpus"), ctx.get("mhz_per_cpu"), ctx.get("kokkos_version"), ctx.get("kokkos_execution_space"),
         ctx.get("kokkos_concurrency"), ctx.get("library_build_type")))
     print()
-    print("| benchmark | label | params | ns/param |")
-    print("|---|---|---:|---:|")
+    print("| benchmark | label | time | params | ns/param |")
+    print("|---|---|---:|---:|---:|")
     for b in data["benchmarks"]:
         if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "median":
             continue
-        print("| %s | %s | %d | %.3f |" % (b["name"], b.get("label", ""), b["params"], b["ns_per_param"]))
+        # Programs without a per-parameter counter (communication, checkpoints) get "-".
+        params = "%d" % b["params"] if "params" in b else "-"
+        per = "%.3f" % b["ns_per_param"] if "ns_per_param" in b else "-"
+        print("| %s | %s | %.4g %s | %s | %s |" % (b["name"], b.get("label", ""), b["real_time"], b["time_unit"],
+                                                   params, per))
 
 
 if __name__ == "__main__":

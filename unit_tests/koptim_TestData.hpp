@@ -5,6 +5,7 @@
 #define KOPTIM_TEST_DATA_HPP
 
 #include <cstdint>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -13,6 +14,13 @@
 #include <vector>
 
 namespace koptim_test {
+
+// The folder of the reference data: $KOPTIM_REFERENCE_DIR when set (a test program run away from
+// its source tree, as in the GPU run kit), else unit_tests/reference of the source tree.
+inline std::string reference_dir() {
+  const char* d = std::getenv("KOPTIM_REFERENCE_DIR");
+  return d && *d ? std::string(d) : std::string(KOPTIM_TEST_REFERENCE_DIR);
+}
 
 inline std::uint64_t mix(std::uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;

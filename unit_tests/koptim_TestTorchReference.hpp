@@ -17,7 +17,7 @@
 namespace koptim_test {
 
 inline const std::vector<ReferenceCase>& torch_reference() {
-  static const auto cases = read_reference(KOPTIM_TEST_REFERENCE_DIR "/diagonal_torch.txt");
+  static const auto cases = read_reference(reference_dir() + "/diagonal_torch.txt");
   return cases;
 }
 

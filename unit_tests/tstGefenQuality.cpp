@@ -26,6 +26,8 @@
 // the test's time budget.
 // The data are in unit_tests/reference/ (extract_sklearn_datasets.py made them); forward and
 // backward passes are plain host loops, written here.
+#include "koptim_TestData.hpp"
+
 #include <koptim/koptim.hpp>
 
 #include <gtest/gtest.h>
@@ -45,7 +47,7 @@ struct Dataset {
 };
 
 Dataset read_digits() {
-  std::ifstream f(std::string(KOPTIM_TEST_REFERENCE_DIR) + "/digits.txt");
+  std::ifstream f(koptim_test::reference_dir() + "/digits.txt");
   EXPECT_TRUE(f.good()) << "cannot open digits.txt";
   Dataset ds;
   ds.d       = 64;
@@ -64,7 +66,7 @@ Dataset read_digits() {
 }
 
 Dataset read_diabetes() {
-  std::ifstream f(std::string(KOPTIM_TEST_REFERENCE_DIR) + "/diabetes.txt");
+  std::ifstream f(koptim_test::reference_dir() + "/diabetes.txt");
   EXPECT_TRUE(f.good()) << "cannot open diabetes.txt";
   Dataset ds;
   ds.d = 10;

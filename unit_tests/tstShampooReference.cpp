@@ -42,7 +42,7 @@ std::vector<double> numbers(std::istringstream& s) {
 }
 
 std::vector<Case> read_cases(bool hand) {
-  std::ifstream f(KOPTIM_TEST_REFERENCE_DIR "/shampoo_reference.txt");
+  std::ifstream f(koptim_test::reference_dir() + "/shampoo_reference.txt");
   EXPECT_TRUE(f.good());
   std::vector<Case> cases;
   std::map<std::string, std::size_t> hand_index;

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Assembles the GPU run kit: koptim's test and perf programs from a build folder, stripped, with
+# every shared library they need that a bare machine lacks, in one folder small enough to carry
+# (the machine the kit was made for takes at most 64 MiB from the working tree and has CUDA,
+# cuBLAS and NCCL but none of koptim's Debian dependencies).
+#
+#   bash perf_tests/gpu/assemble_kit.sh build/cuda gpu-kit     # then carry gpu-kit/ and run
+#   bash gpu-kit/run_kit.sh                                    # on the GPU machine
+#
+# Libraries the target machine has are left out: the C/C++ runtime and glibc, and CUDA's own
+# (libcuda, libcudart, libcublas*, libcusolver*, libnccl, ...), which its CUDA install and its
+# Python packages (nvidia-cublas, nvidia-nccl-cu13) provide; run_kit.sh finds those.
+set -euo pipefail
+build=${1:?build folder (e.g. build/cuda)}
+kit=${2:-gpu-kit}
+limit_mib=${KOPTIM_KIT_LIMIT_MIB:-60}
+here=$(cd "$(dirname "$0")" && pwd)
+rm -rf "$kit"
+mkdir -p "$kit/bin" "$kit/lib"
+programs=(unit_tests/koptim_core unit_tests/koptim_diagonal unit_tests/koptim_gefen unit_tests/koptim_shampoo
+          unit_tests/koptim_comm unit_tests/koptim_nccl unit_tests/koptim_checkpoint
+          perf_tests/koptim_perf_diagonal perf_tests/koptim_perf_gefen perf_tests/koptim_perf_shampoo
+          perf_tests/koptim_perf_comm)
+skip='^(linux-vdso|ld-linux|libc\.|libm\.|libdl\.|libpthread\.|librt\.|libstdc\+\+|libgcc_s|libcuda\.|libcudart|libcublas|libcusolver|libcusparse|libnccl|libnvJitLink|libnvrtc)'
+for p in "${programs[@]}"; do
+  [ -x "$build/$p" ] || { echo "assemble_kit: $build/$p not built, left out" >&2; continue; }
+  cp "$build/$p" "$kit/bin/"
+  ldd "$build/$p" | awk '/=> \// {print $1, $3}' | while read -r name path; do
+    [[ "$name" =~ $skip ]] && continue
+    [ -e "$kit/lib/$name" ] || cp -L "$path" "$kit/lib/$name"
+  done
+done
+# Open MPI loads its components at run time and a singleton MPI_Init starts an orted: both, its
+# help texts and PMIx's components come along (run_kit.sh points Open MPI at them).
+ompi_pkglib=$(ompi_info --path pkglibdir --parsable 2>/dev/null | sed -n 's/^path:pkglibdir://p')
+ompi_pkgdata=$(ompi_info --path pkgdatadir --parsable 2>/dev/null | sed -n 's/^path:pkgdatadir://p')
+if [ -n "$ompi_pkglib" ]; then
+  mkdir -p "$kit/openmpi/bin" "$kit/openmpi/lib" "$kit/openmpi/share" "$kit/openmpi/pmix"
+  cp -rL "$ompi_pkglib" "$kit/openmpi/lib/components"
+  cp -rL "$ompi_pkgdata" "$kit/openmpi/share/openmpi"
+  cp -L "$(command -v orted)" "$kit/openmpi/bin/"
+  pmix=$(ls -d /usr/lib/x86_64-linux-gnu/pmix*/lib/pmix 2>/dev/null | head -1)
+  [ -n "$pmix" ] && cp -rL "$pmix"/. "$kit/openmpi/pmix/"
+  for f in "$kit"/openmpi/bin/* "$kit"/openmpi/lib/components/*.so "$kit"/openmpi/pmix/*.so; do
+    [ -e "$f" ] || continue
+    ldd "$f" 2>/dev/null | awk '/=> \// {print $1, $3}' | while read -r name path; do
+      [[ "$name" =~ $skip ]] && continue
+      [ -e "$kit/lib/$name" ] || cp -L "$path" "$kit/lib/$name"
+    done
+  done
+fi
+strip --strip-unneeded "$kit"/bin/* "$kit"/lib/* 2>/dev/null || true
+cp "$here/run_kit.sh" "$kit/"
+# The tests' reference data.
+mkdir -p "$kit/reference" && cp -r "$here/../../unit_tests/reference/"*.txt "$kit/reference/" 2>/dev/null || true
+tar -C "$(dirname "$kit")" -czf "$kit.tar.gz" "$(basename "$kit")"
+size=$(du -m "$kit.tar.gz" | cut -f1)
+echo "assemble_kit: $kit.tar.gz is ${size} MiB ($(ls "$kit/bin" | wc -l) programs, $(ls "$kit/lib" | wc -l) libraries)"
+if [ "$size" -gt "$limit_mib" ]; then
+  echo "assemble_kit: over ${limit_mib} MiB; leave programs out (edit the list) or split the carry" >&2
+  exit 1
+fi

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Runs the GPU run kit (made by assemble_kit.sh) on the GPU machine, within about 8 minutes:
+# the unit tests, the NCCL test at one rank, then the perf tests with JSON output, into
+# ${OUT:-results}/. Each step has its own time limit; a failure is recorded and the next runs.
+set -uo pipefail
+kit=$(cd "$(dirname "$0")" && pwd)
+out=${OUT:-$kit/results}
+mkdir -p "$out"
+# CUDA's libraries: the toolkit, then the Python packages (nvidia-cublas, nvidia-nccl-cu13).
+extra=""
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do [ -d "$d" ] && extra="$extra:$d"; done
+py_libs=$(python3 - <<'PY' 2>/dev/null
+import glob, os, site
+dirs = []
+for s in site.getsitepackages() + [site.getusersitepackages()]:
+    dirs += glob.glob(os.path.join(s, "nvidia", "*", "lib"))
+print(":".join(dirs))
+PY
+)
+export LD_LIBRARY_PATH="$kit/lib$extra${py_libs:+:$py_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# Open MPI from the kit (components, orted, help texts), where assemble_kit.sh packed it.
+if [ -d "$kit/openmpi" ]; then
+  export OPAL_PKGLIBDIR="$kit/openmpi/lib/components" OPAL_PKGDATADIR="$kit/openmpi/share/openmpi"
+  export OPAL_BINDIR="$kit/openmpi/bin" PATH="$kit/openmpi/bin:$PATH"
+  export OMPI_MCA_mca_base_component_path="$kit/openmpi/lib/components"
+  export PMIX_MCA_mca_base_component_path="$kit/openmpi/pmix"
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-8} OPENBLAS_NUM_THREADS=1 KOPTIM_REFERENCE_DIR="$kit/reference"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$out/gpu.txt" 2>&1 || true
+status=0
+run() {  # run LIMIT NAME COMMAND...
+  local limit=$1 name=$2
+  shift 2
+  local start=$(date +%s)
+  timeout "$limit" "$@" > "$out/$name.log" 2>&1
+  local rc=$?
+  echo "$name: exit $rc, $(( $(date +%s) - start )) s" | tee -a "$out/summary.txt"
+  [ $rc -eq 0 ] || status=1
+}
+: > "$out/summary.txt"
+for t in koptim_core koptim_diagonal koptim_shampoo koptim_gefen koptim_checkpoint; do
+  [ -x "$kit/bin/$t" ] && run 90 "$t" "$kit/bin/$t"
+done
+[ -x "$kit/bin/koptim_nccl" ] && run 60 koptim_nccl_np1 "$kit/bin/koptim_nccl"
+[ -x "$kit/bin/koptim_comm" ] && run 60 koptim_comm_np1 "$kit/bin/koptim_comm"
+for p in koptim_perf_diagonal koptim_perf_gefen koptim_perf_shampoo koptim_perf_comm; do
+  limit=100
+  [ "$p" = koptim_perf_shampoo ] && limit=150
+  [ -x "$kit/bin/$p" ] && run "$limit" "$p" "$kit/bin/$p" --benchmark_format=json --benchmark_out="$out/$p.json" \
+      --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
+done
+echo "results in $out (summary.txt, one log and JSON per program)"
+exit $status

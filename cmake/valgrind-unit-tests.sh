@@ -2,9 +2,9 @@
 # valgrind memcheck of the single-process unit-test programs (the MPI programs run under
 # mpiexec and are covered by the asan preset instead).
 #   bash cmake/valgrind-unit-tests.sh [build dir (default build/test)] [program ...]
-# (programs default to all five: koptim_core koptim_config koptim_diagonal koptim_gefen
+# (programs default to all six: koptim_core koptim_config koptim_diagonal koptim_robustness koptim_gefen
 # koptim_shampoo; KOPTIM_VALGRIND_FILTER sets a gtest filter).
-# Needs a build of the test preset (cmake --build --preset test --target koptim_core koptim_config
+# Needs a build of the test preset (cmake --build --preset test --target koptim_core koptim_config koptim_robustness
 # koptim_diagonal koptim_gefen koptim_shampoo). Exit status 1 when any program has a memcheck
 # error (invalid read or write, use of uninitialised values, a definite or indirect leak) or a
 # failing test. Open MPI's and PMIx's own reports are suppressed with the files they ship; koptim's
@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 build=${1:-build/test}
 shift || true
 programs=("$@")
-[ ${#programs[@]} -eq 0 ] && programs=(koptim_core koptim_config koptim_diagonal koptim_gefen koptim_shampoo)
+[ ${#programs[@]} -eq 0 ] && programs=(koptim_core koptim_config koptim_diagonal koptim_robustness koptim_gefen koptim_shampoo)
 filter=${KOPTIM_VALGRIND_FILTER:-*}
 supp=(--suppressions=cmake/valgrind.supp)
 for f in /usr/share/openmpi/openmpi-valgrind.supp /usr/lib/x86_64-linux-gnu/pmix2/share/pmix/pmix-valgrind.supp; do

@@ -180,6 +180,18 @@ TEST(Checkpoint, RefusesBadFilesAndChangesNothing) {
   write_all(truncated, bytes.substr(0, bytes.size() / 2));
   expect_refused(truncated, *opt, m, {truncated});
 
+  // koptim writes the HDF5 1.10 format (superblock 3, checksummed metadata); a file of the
+  // original format (superblock 0, metadata without checksums) is refused before HDF5 parses it.
+  EXPECT_EQ(static_cast<unsigned char>(bytes.at(8)), 3u);
+  const std::string old_format = file("old_format");
+  if (world()->rank() == 0) {
+    const hid_t f = H5Fcreate(old_format.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    H5Fclose(f);
+  }
+  MPI_Barrier(world()->mpi_comm());
+  expect_refused(old_format, *opt, m, {"superblock is version 0", "no checksums"});
+
   // One flipped byte in the raw data of the parameter b1 (its values as float32 are in the file).
   const auto values = a.bytes();
   const std::string needle(reinterpret_cast<const char*>(values.data()) + 4 * 12 * 10, 4 * 10);  // b1

@@ -887,12 +887,29 @@ std::string directory_of(const std::string& p) {
 // Opens a koptim checkpoint read-only, on this rank alone (no collective call: an error on one
 // rank cannot leave another waiting), after checking that it is one and that its format is one
 // this koptim reads.
+// HDF5's signature, which koptim's checkpoints carry at offset 0 (no user block).
+constexpr unsigned char hdf5_signature[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+
 Handle open_checkpoint(const std::string& path, const std::string& where) {
+  // Before HDF5 parses anything: the signature, and a superblock version whose metadata carries
+  // checksums (2 or later). HDF5 1.10 reads a damaged file of the older format without noticing
+  // and can read out of bounds doing so (found by the checkpoint fuzzer: a heap overflow inside
+  // H5Aopen); with checksummed metadata a damaged byte is an error, not a parse.
+  unsigned char head[9] = {};
+  std::size_t got       = 0;
   if (FILE* f = std::fopen(path.c_str(), "rb")) {
+    got = std::fread(head, 1, sizeof head, f);
     std::fclose(f);
   } else {
     throw Error(where + "cannot open the file: " + std::strerror(errno));
   }
+  if (got < sizeof head || std::memcmp(head, hdf5_signature, sizeof hdf5_signature) != 0)
+    throw Error(where + "the file is not an HDF5 file (or is truncated or damaged)");
+  if (head[8] < 2)
+    throw Error(where + "the file's HDF5 superblock is version " + std::to_string(head[8]) +
+                ", whose metadata carries no checksums; koptim reads checkpoints written in the HDF5 1.10 "
+                "format (superblock version 2 or later, as koptim writes them), so that a damaged file is "
+                "detected before it is parsed");
   if (H5Fis_hdf5(path.c_str()) <= 0) throw Error(where + "the file is not an HDF5 file (or is truncated or damaged)");
   // Every rank reads on its own (read-only, no collective calls): an error on one rank cannot
   // leave another waiting.
@@ -990,6 +1007,10 @@ void save_checkpoint(const std::string& path, const Optimizer& opt, const SaveOp
                           "the HDF5 koptim was built with has no MPI-IO (a parallel HDF5 is needed to save on " +
                           std::to_string(r.size()) + " ranks)");
 #endif
+      // The 1.10 file format: superblock version 3 and object headers, B-trees and heaps with
+      // checksums of their own, so that a damaged byte anywhere in the metadata is detected by
+      // HDF5 before it parses it (the datasets carry Fletcher32; see open_checkpoint).
+      ok(H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110), "cannot set the file format");
       Handle file(ok(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl), where + "cannot create '" + tmp + "'"),
                   H5Fclose);
       Handle xfer(ok(H5Pcreate(H5P_DATASET_XFER), "cannot create a property list"), H5Pclose);

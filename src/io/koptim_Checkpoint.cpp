@@ -395,10 +395,49 @@ std::vector<Slab> transfers_of(const std::vector<std::int64_t>& shape, std::int6
   return out;
 }
 
+// A damaged chunk index (the 1.8 format's chunk B-tree carries no checksum) can make HDF5
+// allocate whatever a chunk record claims (the checkpoint fuzzer: 4 GB) before it reads the chunk.
+// Checked from the index alone before a dataset is read: koptim's chunks hold at most 1 MiB and
+// each stores its elements plus the 4 bytes of Fletcher32, with the filter applied.
+void check_chunks(hid_t d, const std::string& what) {
+  const std::string damaged = " (the file is damaged)";
+  Handle dcpl(ok(H5Dget_create_plist(d), "cannot read the properties of " + what), H5Pclose);
+  if (H5Pget_layout(dcpl) != H5D_CHUNKED) return;
+  Handle space(ok(H5Dget_space(d), "cannot read the shape of " + what), H5Sclose);
+  const int rank = H5Sget_simple_extent_ndims(space);
+  if (rank < 1 || rank > 32)
+    throw Error("cannot read " + what + ": it has " + std::to_string(rank) + " dimensions" + damaged);
+  std::vector<hsize_t> chunk(static_cast<std::size_t>(rank));
+  if (H5Pget_chunk(dcpl, rank, chunk.data()) != rank) throw Error("cannot read the chunks of " + what + damaged);
+  Handle type(ok(H5Dget_type(d), "cannot read the type of " + what), H5Tclose);
+  hsize_t bytes = H5Tget_size(type);
+  for (const hsize_t c : chunk) {
+    if (c == 0 || bytes > (hsize_t{64} << 20) / c)
+      throw Error("cannot read " + what + ": its chunks would exceed 64 MiB" + damaged);
+    bytes *= c;
+  }
+#if H5_VERSION_GE(1, 10, 5)
+  hsize_t n = 0;
+  ok(H5Dget_num_chunks(d, space, &n), "cannot read the chunk index of " + what);
+  std::vector<hsize_t> at(static_cast<std::size_t>(rank));
+  for (hsize_t i = 0; i < n; ++i) {
+    unsigned mask = 0;
+    haddr_t addr  = 0;
+    hsize_t size  = 0;
+    ok(H5Dget_chunk_info(d, space, i, at.data(), &mask, &addr, &size), "cannot read the chunk index of " + what);
+    if (size > bytes + 4 || mask != 0)
+      throw Error("cannot read " + what + ": chunk " + std::to_string(i) + " records " + std::to_string(size) +
+                  " stored bytes" + (mask != 0 ? " with its filters skipped" : "") + "; koptim writes at most " +
+                  std::to_string(bytes + 4) + damaged);
+  }
+#endif
+}
+
 // Reads or writes the elements [offset, offset + count) of a dataset in `calls` transfers
 // (collective writes need the same number on every rank; the extra ones select nothing).
 void transfer(bool write, hid_t d, ScalarType dtype, const std::vector<std::int64_t>& shape, unsigned char* data,
               std::int64_t offset, std::int64_t count, std::size_t calls, hid_t xfer, const std::string& what) {
+  if (!write) check_chunks(d, what);
   const auto slabs       = transfers_of(shape, offset, count);
   const std::size_t size = size_of(dtype);
   unsigned char dummy    = 0;
@@ -1178,6 +1217,7 @@ LoadReport load_checkpoint(const std::string& path, Optimizer& opt, const LoadOp
       if (H5Tget_class(t) != H5T_STRING || H5Tis_variable_str(t) != 0)
         throw Error(where + "/parameter_list is not a fixed-length string" + damaged);
       saved_xml.assign(H5Tget_size(t), '\0');
+      check_chunks(d, where + "/parameter_list");
       ok(H5Dread(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, &saved_xml[0]), where + "cannot read /parameter_list");
       saved_xml.erase(std::find(saved_xml.begin(), saved_xml.end(), '\0'), saved_xml.end());
     }
@@ -1326,6 +1366,7 @@ LoadReport load_checkpoint(const std::string& path, Optimizer& opt, const LoadOp
                            shape_string(p.param.shape));
         auto& v = values[static_cast<std::size_t>(gp.first)];
         v.resize(p.param.bytes());
+        if (p.param.size > 0) check_chunks(d, where + "dataset " + dname);
         if (p.param.size > 0)
           ok(H5Dread(d, memory_type(p.param.dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()),
              where + "cannot read dataset " + dname + " (a failed Fletcher32 checksum means the file is corrupted)");

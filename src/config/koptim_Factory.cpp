@@ -17,6 +17,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <optional>
 #include <sstream>
 
 namespace koptim {
@@ -122,11 +123,19 @@ Override override_key(const std::string& k, int& order, int& dim) {
   return Override::dim;
 }
 
+// A list writes an unset std::optional option as -1 (its validator's special value).
+constexpr int unset_in_lists = -1;
+template <class T>
+std::optional<T> optional_key(const ParameterList& l, const std::string& key) {
+  const T v = l.get<T>(key);
+  return v == static_cast<T>(unset_in_lists) ? std::nullopt : std::optional<T>(v);
+}
+
 ShampooOptions shampoo_options(const ParameterList& l) {
   ShampooOptions o;
-  const auto& b = l.get<Teuchos::Array<double>>("betas");
-  o.betas       = {b[0], b[1]};
-  if (l.get<double>("beta3") != -1.0) o.beta3 = l.get<double>("beta3");
+  const auto& b            = l.get<Teuchos::Array<double>>("betas");
+  o.betas                  = {b[0], b[1]};
+  o.beta3                  = optional_key<double>(l, "beta3");
   o.epsilon                = l.get<double>("epsilon");
   o.momentum               = l.get<double>("momentum");
   o.dampening              = l.get<double>("dampening");
@@ -139,16 +148,15 @@ ShampooOptions shampoo_options(const ParameterList& l) {
   o.max_preconditioner_dim = l.get<int>("max_preconditioner_dim");
   o.use_merge_dims         = l.get<bool>("use_merge_dims");
   o.precondition_frequency = l.get<int>("precondition_frequency");
-  if (l.get<int>("start_preconditioning_step") != -1)
-    o.start_preconditioning_step = l.get<int>("start_preconditioning_step");
-  o.use_bias_correction = l.get<bool>("use_bias_correction");
-  const auto g          = l.get<std::string>("grafting");
-  o.grafting            = g == "none"      ? Grafting::none
-                          : g == "SGD"     ? Grafting::SGD
-                          : g == "AdaGrad" ? Grafting::AdaGrad
-                          : g == "RMSProp" ? Grafting::RMSProp
-                                           : Grafting::Adam;
-  if (l.get<double>("grafting_beta2") != -1.0) o.grafting_beta2 = l.get<double>("grafting_beta2");
+  if (const auto s = optional_key<int>(l, "start_preconditioning_step")) o.start_preconditioning_step = *s;
+  o.use_bias_correction  = l.get<bool>("use_bias_correction");
+  const auto g           = l.get<std::string>("grafting");
+  o.grafting             = g == "none"      ? Grafting::none
+                           : g == "SGD"     ? Grafting::SGD
+                           : g == "AdaGrad" ? Grafting::AdaGrad
+                           : g == "RMSProp" ? Grafting::RMSProp
+                                            : Grafting::Adam;
+  o.grafting_beta2       = optional_key<double>(l, "grafting_beta2");
   o.grafting_epsilon     = l.get<double>("grafting_epsilon");
   o.eigenvalue_corrected = l.get<bool>("eigenvalue_corrected");
   o.root_method =
@@ -185,7 +193,7 @@ ShampooOptions shampoo_options(const ParameterList& l) {
                         "'; allowed: order_K or order_K_dim_J (K, J integers below 1000000)");
     }
   }
-  if (l.get<int>("num_trainers_per_group") != -1) o.num_trainers_per_group = l.get<int>("num_trainers_per_group");
+  o.num_trainers_per_group = optional_key<int>(l, "num_trainers_per_group");
   o.communication_dtype    = l.get<std::string>("communication_dtype") == "bfloat16" ? CommunicationDType::bfloat16
                                                                                      : CommunicationDType::float32;
   o.distributed_cost_model = l.get<std::string>("distributed_cost_model") == "cubic" ? DistributedCostModel::cubic
@@ -289,7 +297,7 @@ const std::vector<Entry>& entries() {
              "(b1, b2): b1 filters the gradient (0: no filtering), b2 weighs the factor matrices (1: sum).",
              V::real_array({R::shampoo::beta1, R::shampoo::beta2}));
          add(l, "beta3", -1.0, "Filter of the gradient fed to the preconditioner.",
-             V::real(R::shampoo::beta3, V::Special{-1.0, "beta3 = betas[0]"}));
+             V::real(R::shampoo::beta3, V::Special{unset_in_lists, "beta3 = betas[0]"}));
          add(l, "epsilon", 1e-12,
              "Added to the factors before the inverse root (and the eigenvalue-corrected denominator).",
              V::real(R::shampoo::epsilon));
@@ -311,12 +319,12 @@ const std::vector<Entry>& entries() {
          add(l, "start_preconditioning_step", -1,
              "First step that uses the Shampoo direction (at least precondition_frequency); the grafting method "
              "alone before.",
-             V::integer(R::shampoo::start_preconditioning_step, V::Special{-1, "precondition_frequency"}));
+             V::integer(R::shampoo::start_preconditioning_step, V::Special{unset_in_lists, "precondition_frequency"}));
          add(l, "use_bias_correction", true, "Bias-correct the filtered gradient and the factors.", V::boolean());
          add(l, "grafting", std::string("none"), "Grafting method giving each block's step size.",
              V::choice({"none", "SGD", "AdaGrad", "RMSProp", "Adam"}));
          add(l, "grafting_beta2", -1.0, "Second-moment decay of RMSProp/Adam grafting.",
-             V::real(R::shampoo::grafting_beta2, V::Special{-1.0, "0.99 for RMSProp, 0.999 for Adam"}));
+             V::real(R::shampoo::grafting_beta2, V::Special{unset_in_lists, "0.99 for RMSProp, 0.999 for Adam"}));
          add(l, "grafting_epsilon", 1e-10, "Epsilon of the grafting method.", V::real(R::shampoo::grafting_epsilon));
          add(l, "eigenvalue_corrected", false,
              "Eigenvalue-corrected Shampoo (SOAP-like): Adam-style second moment in the factors' eigenbasis.",
@@ -337,7 +345,7 @@ const std::vector<Entry>& entries() {
              V::integer(R::shampoo::num_tolerated_failed_amortized_computations));
          add(l, "num_trainers_per_group", -1,
              "Distributed: ranks per group sharing the preconditioner work; groups replicate it.",
-             V::integer(R::shampoo::num_trainers_per_group, V::Special{-1, "all ranks"}));
+             V::integer(R::shampoo::num_trainers_per_group, V::Special{unset_in_lists, "all ranks"}));
          add(l, "communication_dtype", std::string("float32"),
              "Distributed: precision of the update all-gather: float32 (each update in its parameter's precision; "
              "N ranks equal 1 rank bitwise) or bfloat16.",

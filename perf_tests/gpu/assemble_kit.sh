@@ -22,13 +22,17 @@ programs=(unit_tests/koptim_core unit_tests/koptim_diagonal unit_tests/koptim_ge
           perf_tests/koptim_perf_diagonal perf_tests/koptim_perf_gefen perf_tests/koptim_perf_shampoo
           perf_tests/koptim_perf_comm)
 skip='^(linux-vdso|ld-linux|libc\.|libm\.|libdl\.|libpthread\.|librt\.|libstdc\+\+|libgcc_s|libcuda\.|libcudart|libcublas|libcusolver|libcusparse|libnccl|libnvJitLink|libnvrtc)'
-for p in "${programs[@]}"; do
-  [ -x "$build/$p" ] || { echo "assemble_kit: $build/$p not built, left out" >&2; continue; }
-  cp "$build/$p" "$kit/bin/"
-  ldd "$build/$p" | awk '/=> \// {print $1, $3}' | while read -r name path; do
+# Copies into $kit/lib every shared library $1 needs that the target machine lacks.
+copy_libraries() {
+  ldd "$1" 2>/dev/null | awk '/=> \// {print $1, $3}' | while read -r name path; do
     [[ "$name" =~ $skip ]] && continue
     [ -e "$kit/lib/$name" ] || cp -L "$path" "$kit/lib/$name"
   done
+}
+for p in "${programs[@]}"; do
+  [ -x "$build/$p" ] || { echo "assemble_kit: $build/$p not built, left out" >&2; continue; }
+  cp "$build/$p" "$kit/bin/"
+  copy_libraries "$build/$p"
 done
 # Open MPI loads its components at run time and a singleton MPI_Init starts an orted: both, its
 # help texts and PMIx's components come along (run_kit.sh points Open MPI at them).
@@ -42,11 +46,7 @@ if [ -n "$ompi_pkglib" ]; then
   pmix=$(ls -d /usr/lib/x86_64-linux-gnu/pmix*/lib/pmix 2>/dev/null | head -1)
   [ -n "$pmix" ] && cp -rL "$pmix"/. "$kit/openmpi/pmix/"
   for f in "$kit"/openmpi/bin/* "$kit"/openmpi/lib/components/*.so "$kit"/openmpi/pmix/*.so; do
-    [ -e "$f" ] || continue
-    ldd "$f" 2>/dev/null | awk '/=> \// {print $1, $3}' | while read -r name path; do
-      [[ "$name" =~ $skip ]] && continue
-      [ -e "$kit/lib/$name" ] || cp -L "$path" "$kit/lib/$name"
-    done
+    [ -e "$f" ] && copy_libraries "$f"
   done
 fi
 strip --strip-unneeded "$kit"/bin/* "$kit"/lib/* 2>/dev/null || true

@@ -25,6 +25,8 @@ function(koptim_add_test)
   endif()
   add_executable(${T_NAME} ${T_SOURCES} ${PROJECT_SOURCE_DIR}/unit_tests/koptim_TestMain.cpp)
   target_link_libraries(${T_NAME} PRIVATE koptim::koptim GTest::gtest ${T_LIBS})
+  # Tests may reach koptim's internal headers (src/<component>/*.hpp), which are not installed.
+  target_include_directories(${T_NAME} PRIVATE ${PROJECT_SOURCE_DIR}/src)
   target_compile_definitions(${T_NAME} PRIVATE KOPTIM_TEST_REFERENCE_DIR="${PROJECT_SOURCE_DIR}/unit_tests/reference")
   # One OpenBLAS thread: its own threads would fight the Kokkos (OpenMP) threads and MPI ranks.
   set(_env OPENBLAS_NUM_THREADS=1)

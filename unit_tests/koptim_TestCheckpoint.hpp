@@ -5,7 +5,7 @@
 #ifndef KOPTIM_TEST_CHECKPOINT_HPP
 #define KOPTIM_TEST_CHECKPOINT_HPP
 
-#include <koptim/core/koptim_Math.hpp>
+#include <koptim/core/impl/koptim_Math.hpp>
 #include <koptim/koptim.hpp>
 
 #include <Teuchos_ParameterList.hpp>

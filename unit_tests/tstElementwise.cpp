@@ -1,8 +1,8 @@
 // The element-wise and lane-parallel helpers of koptim's kernels: every element visited exactly
 // once whatever n is against the host chunk (empty, one element, chunk boundaries, a tail), and
 // lane sums equal to exact integer sums.
-#include <koptim/core/koptim_Elementwise.hpp>
-#include <koptim/core/koptim_Lanes.hpp>
+#include <koptim/core/impl/koptim_Elementwise.hpp>
+#include <koptim/core/impl/koptim_Lanes.hpp>
 
 #include <gtest/gtest.h>
 

@@ -2,6 +2,7 @@
 // equal to one process (with grafting, eigenvalue-corrected, with groups), bf16 communication stays
 // within its rounding bound, the block assignment and the memory per rank, and the safety rules
 // (ranks that disagree, an error on one rank).
+#include "comm/koptim_Distributor.hpp"
 #include "koptim_TestData.hpp"
 #include "koptim_TestMpi.hpp"
 #include "koptim_TestTensor.hpp"
@@ -145,9 +146,9 @@ TEST(ShampooDistributed, Bfloat16CommunicationWithinRoundingBound) {
 
 TEST(ShampooDistributed, LongestProcessingTimeAssignment) {
   auto cubic       = [](double d) { return 2 * d * d * d; };  // a d x d block: two d x d factors
-  const auto owner = koptim::assign_blocks({cubic(256), cubic(128), cubic(384), cubic(256)}, 2);
-  EXPECT_EQ(owner, (std::vector<int>{1, 1, 0, 1}));                                   // 384 alone on rank 0
-  EXPECT_EQ(koptim::assign_blocks({5, 5, 5, 5}, 3), (std::vector<int>{0, 1, 2, 0}));  // ties: lowest rank, stable
+  const auto owner = koptim::Impl::assign_blocks({cubic(256), cubic(128), cubic(384), cubic(256)}, 2);
+  EXPECT_EQ(owner, (std::vector<int>{1, 1, 0, 1}));                                         // 384 alone on rank 0
+  EXPECT_EQ(koptim::Impl::assign_blocks({5, 5, 5, 5}, 3), (std::vector<int>{0, 1, 2, 0}));  // ties: lowest rank, stable
   if (world()->size() != 2) return;
   // The same through Shampoo: four d x d parameters, cubic cost model, 2 ranks.
   std::vector<TestTensor<float>> t;

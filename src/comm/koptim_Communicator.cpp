@@ -1,7 +1,7 @@
 // The Communicator base (ownership of the duplicated MPI communicator, the host control plane)
 // and the MPI backend of the data plane.
 #include <koptim/comm/impl/koptim_TypedCommunicator.hpp>
-#include <koptim/core/koptim_Profiling.hpp>
+#include <koptim/core/impl/koptim_Profiling.hpp>
 
 #include <koptim_config.hpp>
 

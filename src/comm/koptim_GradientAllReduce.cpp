@@ -1,5 +1,5 @@
 #include <koptim/comm/koptim_GradientAllReduce.hpp>
-#include <koptim/core/koptim_Profiling.hpp>
+#include <koptim/core/impl/koptim_Profiling.hpp>
 
 #include <sstream>
 

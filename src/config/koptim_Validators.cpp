@@ -1,6 +1,6 @@
-#include <koptim/config/koptim_Validators.hpp>
+#include <koptim/config/impl/koptim_Validators.hpp>
 
-#include <koptim/core/koptim_Check.hpp>
+#include <koptim/core/impl/koptim_Check.hpp>
 
 #include <Teuchos_StrUtils.hpp>
 

@@ -2,9 +2,9 @@
 
 #include "../config/koptim_KeyRanges.hpp"
 
-#include <koptim/core/koptim_Check.hpp>
-#include <koptim/core/koptim_Math.hpp>
-#include <koptim/core/koptim_Profiling.hpp>
+#include <koptim/core/impl/koptim_Check.hpp>
+#include <koptim/core/impl/koptim_Math.hpp>
+#include <koptim/core/impl/koptim_Profiling.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -231,7 +231,7 @@ std::string describe_parameters(const Optimizer& opt) {
       << opt.weight_decay(p.group) << "; ";
   }
   const auto& c = opt.common_options();
-  d << "schedule " << c.lr_schedule.describe() << "; nonfinite " << static_cast<int>(c.nonfinite_gradient);
+  d << "schedule " << c.lr_schedule.describe() << "; nonfinite " << to_string(c.nonfinite_gradient);
   return d.str();
 }
 

@@ -1,6 +1,6 @@
-#include <koptim/core/koptim_Check.hpp>
+#include <koptim/core/impl/koptim_Check.hpp>
 #include <koptim/core/koptim_ParameterSet.hpp>
-#include <koptim/core/koptim_Profiling.hpp>
+#include <koptim/core/impl/koptim_Profiling.hpp>
 
 #include <cstdint>
 #include <sstream>

@@ -1,9 +1,9 @@
-#include <koptim/core/koptim_Check.hpp>
+#include <koptim/core/impl/koptim_Check.hpp>
 
-#include "../config/koptim_KeyRanges.hpp"
-#include <koptim/core/koptim_Elementwise.hpp>
+#include "koptim_DiagonalKeys.hpp"
+#include <koptim/core/impl/koptim_Elementwise.hpp>
 #include <koptim/diagonal/koptim_AdaGrad.hpp>
-#include <koptim/diagonal/koptim_DiagonalMath.hpp>
+#include <koptim/diagonal/impl/koptim_DiagonalMath.hpp>
 
 #include <limits>
 #include <sstream>
@@ -11,13 +11,6 @@
 namespace koptim {
 
 namespace {
-std::string describe(const AdaGradOptions& o) {
-  std::ostringstream s;
-  s.precision(17);
-  s << "lr_decay " << o.lr_decay << " initial_accumulator_value " << o.initial_accumulator_value << " eps " << o.eps;
-  return s.str();
-}
-
 template <class W, class G>
 void adagrad_update(const W& w, const G& g, const Impl::Buffer& sum, double clr, double wd, double eps) {
   using T      = typename W::non_const_value_type;
@@ -38,13 +31,9 @@ void adagrad_update(const W& w, const G& g, const Impl::Buffer& sum, double clr,
 AdaGrad::AdaGrad(ParameterSet params, CommonOptions common, AdaGradOptions options,
                  std::shared_ptr<comm::Communicator> comm)
     : Impl::ElementwiseOptimizer("AdaGrad", std::move(params), std::move(common), {"sum"},
-                                 {options.initial_accumulator_value}, std::move(comm), describe(options)),
+                                 {options.initial_accumulator_value}, std::move(comm), Impl::describe_options(options)),
       options_(options) {
-  namespace R = Impl::ranges::adagrad;
-  Impl::require("AdaGrad", "lr_decay", options_.lr_decay, R::lr_decay);
-  Impl::require("AdaGrad", "initial_accumulator_value", options_.initial_accumulator_value,
-                R::initial_accumulator_value);
-  Impl::require("AdaGrad", "eps", options_.eps, R::eps);
+  Impl::check_option_ranges("AdaGrad", options_);
 }
 
 void AdaGrad::update_pieces(std::int64_t t, const std::vector<double>& lrs) {

@@ -1,9 +1,9 @@
-#include <koptim/core/koptim_Check.hpp>
+#include <koptim/core/impl/koptim_Check.hpp>
 
-#include "../config/koptim_KeyRanges.hpp"
-#include <koptim/core/koptim_Elementwise.hpp>
+#include "koptim_DiagonalKeys.hpp"
+#include <koptim/core/impl/koptim_Elementwise.hpp>
 #include <koptim/diagonal/koptim_Adam.hpp>
-#include <koptim/diagonal/koptim_DiagonalMath.hpp>
+#include <koptim/diagonal/impl/koptim_DiagonalMath.hpp>
 
 #include <cmath>
 #include <limits>
@@ -12,13 +12,6 @@
 namespace koptim {
 
 namespace {
-std::string describe(const AdamOptions& o) {
-  std::ostringstream s;
-  s.precision(17);
-  s << "betas " << o.betas[0] << " " << o.betas[1] << " eps " << o.eps << " amsgrad " << o.amsgrad;
-  return s.str();
-}
-
 std::vector<std::string> adam_slots(const AdamOptions& o) {
   std::vector<std::string> s{"exp_avg", "exp_avg_sq"};
   if (o.amsgrad) s.push_back("max_exp_avg_sq");
@@ -75,13 +68,10 @@ void adam_update(const W& w, const G& g, const Impl::Buffer& m_buf, const Impl::
 Adam::Adam(ParameterSet params, CommonOptions common, AdamOptions options, bool decoupled_weight_decay,
            std::shared_ptr<comm::Communicator> comm)
     : Impl::ElementwiseOptimizer(decoupled_weight_decay ? "AdamW" : "Adam", std::move(params), std::move(common),
-                                 adam_slots(options), {}, std::move(comm), describe(options)),
+                                 adam_slots(options), {}, std::move(comm), Impl::describe_options(options)),
       options_(options),
       decoupled_(decoupled_weight_decay) {
-  namespace R = Impl::ranges::adam;
-  Impl::require(name(), "betas[0]", options_.betas[0], R::beta1);
-  Impl::require(name(), "betas[1]", options_.betas[1], R::beta2);
-  Impl::require(name(), "eps", options_.eps, R::eps);
+  Impl::check_option_ranges(name(), options_);
 }
 
 void Adam::update_pieces(std::int64_t t, const std::vector<double>& lrs) {

@@ -1,13 +1,47 @@
 #include <koptim/diagonal/koptim_ElementwiseOptimizer.hpp>
 
+#include "../comm/koptim_Distributor.hpp"
+
 #include <koptim/comm/koptim_Communicator.hpp>
-#include <koptim/core/koptim_Profiling.hpp>
+#include <koptim/core/impl/koptim_Profiling.hpp>
 
 #include <algorithm>
 #include <cstring>
 
 namespace koptim {
 namespace Impl {
+
+struct ElementwiseOptimizer::Sharing {
+  ParameterSharing<float> f32;
+  ParameterSharing<double> f64;
+};
+
+namespace {
+// The elements of all parameters of type T, concatenated in registration order, cut into one
+// slice of ceil(total / ranks) elements per rank: a part for each piece of a parameter in one
+// slice, owned by that slice's rank.
+template <class T>
+ParameterSharing<T> slices(const ParameterSet& ps, const std::string& name, int rank, int ranks) {
+  std::int64_t total = 0;
+  for (const auto& p : ps.parameters())
+    if (p.param.dtype == scalar_type_of<T>()) total += p.param.size;
+  const std::int64_t chunk = (total + ranks - 1) / ranks;
+  std::vector<ParameterPart> parts;
+  std::int64_t start = 0;
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    if (ps[i].param.dtype != scalar_type_of<T>()) continue;
+    const std::int64_t n = ps[i].param.size;
+    for (std::int64_t r = n > 0 ? start / chunk : 0; n > 0 && r <= (start + n - 1) / chunk; ++r) {
+      const std::int64_t a = std::max(start, r * chunk), b = std::min(start + ps[i].param.size, (r + 1) * chunk);
+      if (a < b) parts.push_back({static_cast<int>(i), a - start, b - a, static_cast<int>(r)});
+    }
+    start += ps[i].param.size;
+  }
+  return ParameterSharing<T>("koptim::" + name + "::parameters", std::move(parts), rank, ranks);
+}
+}  // namespace
+
+ElementwiseOptimizer::~ElementwiseOptimizer() = default;
 
 ElementwiseOptimizer::ElementwiseOptimizer(std::string name, ParameterSet params, CommonOptions common,
                                            std::vector<std::string> slots, std::vector<double> fill,
@@ -20,30 +54,33 @@ ElementwiseOptimizer::ElementwiseOptimizer(std::string name, ParameterSet params
     comm_ = std::move(comm);
     check_same_on_all_ranks(*comm_, this->name(), describe_parameters(*this) + "; " + options_descriptor);
   }
-  // Elements per rank for each scalar type, and this rank's slice of the concatenation.
+  // This rank's slice of the concatenation of each scalar type: a piece of state per fragment.
   const int ranks = comm_ ? comm_->size() : 1, me = comm_ ? comm_->rank() : 0;
-  for (int k = 0; k < 2; ++k) {
-    const ScalarType type = k == 0 ? ScalarType::float32 : ScalarType::float64;
-    std::int64_t total    = 0;
-    for (const auto& p : ps.parameters())
-      if (p.param.dtype == type) total += p.param.size;
-    chunk_[k]             = (total + ranks - 1) / ranks;
-    const std::int64_t lo = std::min(total, me * chunk_[k]), hi = std::min(total, lo + chunk_[k]);
-    std::int64_t start = 0;
-    for (std::size_t i = 0; i < ps.size(); ++i) {
-      if (ps[i].param.dtype != type) continue;
-      const std::int64_t a = std::max(lo, start), b = std::min(hi, start + ps[i].param.size);
-      if (a < b || (ps[i].param.size == 0 && a == b && !comm_)) {
-        Piece pc;
-        pc.param  = static_cast<int>(i);
-        pc.offset = a - start;
-        pc.size   = b - a;
-        for (std::size_t s = 0; s < slots_.size(); ++s)
-          pc.buffers.emplace_back("koptim::" + ps[i].name + "/" + slots_[s], type, pc.size, fill[s]);
-        pieces_.push_back(std::move(pc));
+  if (comm_) {
+    sharing_      = std::make_unique<Sharing>();
+    sharing_->f32 = slices<float>(ps, this->name(), me, ranks);
+    sharing_->f64 = slices<double>(ps, this->name(), me, ranks);
+  }
+  auto add_piece = [&](std::size_t i, std::int64_t offset, std::int64_t size) {
+    Piece pc;
+    pc.param  = static_cast<int>(i);
+    pc.offset = offset;
+    pc.size   = size;
+    for (std::size_t s = 0; s < slots_.size(); ++s)
+      pc.buffers.emplace_back("koptim::" + ps[i].name + "/" + slots_[s], ps[i].param.dtype, pc.size, fill[s]);
+    pieces_.push_back(std::move(pc));
+  };
+  if (!comm_) {
+    for (std::size_t i = 0; i < ps.size(); ++i) add_piece(i, 0, ps[i].param.size);
+  } else {
+    auto mine = [&](const auto& sharing) {
+      for (std::size_t k = 0; k < sharing.parts().size(); ++k) {
+        const auto& part = sharing.parts()[k];
+        if (sharing.mine(k)) add_piece(static_cast<std::size_t>(part.param), part.offset, part.size);
       }
-      start += ps[i].param.size;
-    }
+    };
+    mine(sharing_->f32);
+    mine(sharing_->f64);
   }
   std::sort(pieces_.begin(), pieces_.end(), [](const Piece& a, const Piece& b) { return a.param < b.param; });
 }
@@ -55,48 +92,12 @@ std::size_t ElementwiseOptimizer::state_bytes() const {
   return n;
 }
 
-namespace {
-// Every rank's slice of the parameters of type T (chunk elements per rank of their
-// concatenation) to every rank. A free function: CUDA does not allow device lambdas in private
-// member functions.
-template <class T>
-void gather_parameters(const ParameterSet& ps, const comm::Communicator& comm, const std::int64_t chunk) {
-  if (chunk == 0) return;
-  Kokkos::View<T*, MemorySpace> send("koptim::shard_send", chunk), recv("koptim::shard_recv", chunk * comm.size());
-  const std::int64_t lo = comm.rank() * chunk;
-  std::int64_t start    = 0;
-  for (std::size_t i = 0; i < ps.size(); ++i) {
-    if (ps[i].param.dtype != scalar_type_of<T>()) continue;
-    const std::int64_t a = std::max(lo, start), b = std::min(lo + chunk, start + ps[i].param.size);
-    if (a < b) {
-      const auto w            = ps[i].param.template flat<T>();
-      const std::int64_t from = a - start, to = a - lo;
-      Kokkos::parallel_for(
-          "koptim::shard_pack", Kokkos::RangePolicy<ExecutionSpace>(0, b - a),
-          KOKKOS_LAMBDA(const std::int64_t e) { send(to + e) = w(from + e); });
-    }
-    start += ps[i].param.size;
-  }
-  comm.all_gather(Kokkos::View<const T*, MemorySpace>(send), recv);
-  start = 0;
-  for (std::size_t i = 0; i < ps.size(); ++i) {
-    if (ps[i].param.dtype != scalar_type_of<T>()) continue;
-    const auto w             = ps[i].param.template flat<T>();
-    const std::int64_t first = start;
-    Kokkos::parallel_for(
-        "koptim::shard_unpack", Kokkos::RangePolicy<ExecutionSpace>(0, ps[i].param.size),
-        KOKKOS_LAMBDA(const std::int64_t e) { w(e) = recv(first + e); });
-    start += ps[i].param.size;
-  }
-}
-}  // namespace
-
 void ElementwiseOptimizer::update(std::int64_t t, const std::vector<double>& lrs) {
   update_pieces(t, lrs);
   if (comm_) {
     ScopedRegion region("koptim::" + name() + "::all_gather_parameters");
-    gather_parameters<float>(parameters(), *comm_, chunk_[0]);
-    gather_parameters<double>(parameters(), *comm_, chunk_[1]);
+    sharing_->f32.share(parameters(), comm_.get());
+    sharing_->f64.share(parameters(), comm_.get());
   }
 }
 

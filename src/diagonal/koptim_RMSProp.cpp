@@ -1,8 +1,8 @@
-#include <koptim/core/koptim_Check.hpp>
+#include <koptim/core/impl/koptim_Check.hpp>
 
-#include "../config/koptim_KeyRanges.hpp"
-#include <koptim/core/koptim_Elementwise.hpp>
-#include <koptim/diagonal/koptim_DiagonalMath.hpp>
+#include "koptim_DiagonalKeys.hpp"
+#include <koptim/core/impl/koptim_Elementwise.hpp>
+#include <koptim/diagonal/impl/koptim_DiagonalMath.hpp>
 #include <koptim/diagonal/koptim_RMSProp.hpp>
 
 #include <limits>
@@ -11,13 +11,6 @@
 namespace koptim {
 
 namespace {
-std::string describe(const RMSPropOptions& o) {
-  std::ostringstream s;
-  s.precision(17);
-  s << "alpha " << o.alpha << " eps " << o.eps << " momentum " << o.momentum << " centered " << o.centered;
-  return s.str();
-}
-
 std::vector<std::string> rmsprop_slots(const RMSPropOptions& o) {
   std::vector<std::string> s{"square_avg"};
   if (o.momentum > 0.0) s.push_back("momentum_buffer");
@@ -75,12 +68,9 @@ void rmsprop_update(const W& w, const G& g, const Impl::Buffer& sq, const Impl::
 RMSProp::RMSProp(ParameterSet params, CommonOptions common, RMSPropOptions options,
                  std::shared_ptr<comm::Communicator> comm)
     : Impl::ElementwiseOptimizer("RMSProp", std::move(params), std::move(common), rmsprop_slots(options), {},
-                                 std::move(comm), describe(options)),
+                                 std::move(comm), Impl::describe_options(options)),
       options_(options) {
-  namespace R = Impl::ranges::rmsprop;
-  Impl::require("RMSProp", "alpha", options_.alpha, R::alpha);
-  Impl::require("RMSProp", "eps", options_.eps, R::eps);
-  Impl::require("RMSProp", "momentum", options_.momentum, R::momentum);
+  Impl::check_option_ranges("RMSProp", options_);
 }
 
 void RMSProp::update_pieces(std::int64_t, const std::vector<double>& lrs) {

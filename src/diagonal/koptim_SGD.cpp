@@ -1,8 +1,8 @@
-#include <koptim/core/koptim_Check.hpp>
+#include <koptim/core/impl/koptim_Check.hpp>
 
-#include "../config/koptim_KeyRanges.hpp"
-#include <koptim/core/koptim_Elementwise.hpp>
-#include <koptim/diagonal/koptim_DiagonalMath.hpp>
+#include "koptim_DiagonalKeys.hpp"
+#include <koptim/core/impl/koptim_Elementwise.hpp>
+#include <koptim/diagonal/impl/koptim_DiagonalMath.hpp>
 #include <koptim/diagonal/koptim_SGD.hpp>
 
 #include <limits>
@@ -11,13 +11,6 @@
 namespace koptim {
 
 namespace {
-std::string describe(const SGDOptions& o) {
-  std::ostringstream s;
-  s.precision(17);
-  s << "momentum " << o.momentum << " dampening " << o.dampening << " nesterov " << o.nesterov;
-  return s.str();
-}
-
 std::vector<std::string> sgd_slots(const SGDOptions& o) {
   return o.momentum != 0.0 ? std::vector<std::string>{"momentum_buffer"} : std::vector<std::string>{};
 }
@@ -57,12 +50,11 @@ void sgd_update(const W& w, const G& g, const Impl::Buffer* buf, bool first, dou
 
 SGD::SGD(ParameterSet params, CommonOptions common, SGDOptions options, std::shared_ptr<comm::Communicator> comm)
     : Impl::ElementwiseOptimizer("SGD", std::move(params), std::move(common), sgd_slots(options), {}, std::move(comm),
-                                 describe(options)),
+                                 Impl::describe_options(options)),
       options_(options) {
   // SGD never squares a gradient: only NaN and Inf are refused.
   refuse_overflowing_squares(false);
-  Impl::require("SGD", "momentum", options_.momentum, Impl::ranges::sgd::momentum);
-  Impl::require("SGD", "dampening", options_.dampening, Impl::ranges::sgd::dampening);
+  Impl::check_option_ranges("SGD", options_);
   if (options_.nesterov && (options_.momentum <= 0.0 || options_.dampening != 0.0)) {
     throw ConfigError("koptim::SGD: nesterov = true needs momentum > 0 and dampening = 0 (got momentum = " +
                       Impl::real_string(options_.momentum) + ", dampening = " + Impl::real_string(options_.dampening) +

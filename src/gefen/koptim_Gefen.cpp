@@ -1,15 +1,15 @@
 #include <koptim/comm/koptim_Communicator.hpp>
 
-#include "../config/koptim_KeyRanges.hpp"
-#include <koptim/core/koptim_Check.hpp>
-#include <koptim/core/koptim_Lanes.hpp>
-#include <koptim/core/koptim_Math.hpp>
-#include <koptim/core/koptim_Profiling.hpp>
-#include <koptim/diagonal/koptim_DiagonalMath.hpp>
+#include "../comm/koptim_Distributor.hpp"
+#include "koptim_GefenKeys.hpp"
+#include <koptim/core/impl/koptim_Check.hpp>
+#include <koptim/core/impl/koptim_Lanes.hpp>
+#include <koptim/core/impl/koptim_Math.hpp>
+#include <koptim/core/impl/koptim_Profiling.hpp>
+#include <koptim/diagonal/impl/koptim_DiagonalMath.hpp>
 #include <koptim/gefen/koptim_Gefen.hpp>
 #include <koptim/gefen/koptim_GefenCodebook.hpp>
 #include <koptim/gefen/koptim_GefenPartition.hpp>
-#include <koptim/shampoo/koptim_Shampoo.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -21,20 +21,6 @@
 #include <sstream>
 
 namespace koptim {
-
-const char* to_string(GefenSecondMoment k) {
-  switch (k) {
-    case GefenSecondMoment::uninitialised:
-      return "uninitialised";
-    case GefenSecondMoment::shared:
-      return "shared";
-    case GefenSecondMoment::factored:
-      return "factored";
-    case GefenSecondMoment::full:
-      return "full";
-  }
-  return "";
-}
 
 namespace {
 
@@ -456,95 +442,46 @@ struct Expected {
   enum Check { index, codebook, nonnegative } check;
 };
 
-// Gefen's own options as text, for the check that every rank builds the same optimizer.
-std::string describe(const GefenOptions& o) {
-  std::ostringstream d;
-  d.precision(17);
-  d << "betas " << o.betas[0] << ' ' << o.betas[1] << " eps " << o.eps << " partition_rule "
-    << static_cast<int>(o.partition_rule) << " p1_second_moment " << static_cast<int>(o.p1_second_moment)
-    << " force_p1 " << o.force_p1;
-  return d.str();
-}
-
-// The sharded all-gather of one scalar type: every rank sends its tensors' new values in one
-// segment (tensor i at offset[i], padded to `segment` elements) and receives every rank's.
+// Whole tensors of type T, each shared by its owner.
 template <class T>
-struct Exchange {
-  Kokkos::View<T*, MemorySpace> send, recv;
-};
-
-template <class T>
-Exchange<T> pack(const ParameterSet& ps, const std::vector<int>& owner, const std::vector<std::int64_t>& offset,
-                 std::int64_t segment, int rank, int ranks) {
-  Exchange<T> x;
-  if (segment == 0) return x;
-  // Zero-filled: the padding of a short segment is sent too and must not be uninitialised.
-  x.send = Kokkos::View<T*, MemorySpace>("koptim::Gefen::shard_send", segment);
-  x.recv = Kokkos::View<T*, MemorySpace>("koptim::Gefen::shard_recv", segment * ranks);
-  for (std::size_t i = 0; i < ps.size(); ++i) {
-    if (ps[i].param.dtype != scalar_type_of<T>() || owner[i] != rank || ps[i].param.size == 0) continue;
-    const auto w            = ps[i].param.template flat<T>();
-    const auto send         = x.send;
-    const std::int64_t base = offset[i];
-    Kokkos::parallel_for(
-        "koptim::Gefen::shard_pack", Kokkos::RangePolicy<ExecutionSpace>(0, ps[i].param.size),
-        KOKKOS_LAMBDA(const std::int64_t e) { send(base + e) = w(e); });
-  }
-  return x;
-}
-
-template <class T>
-void exchange(const comm::Communicator& comm, const ParameterSet& ps, const std::vector<int>& owner,
-              const std::vector<std::int64_t>& offset, std::int64_t segment, const Exchange<T>& x) {
-  if (segment == 0) return;
-  comm.all_gather(Kokkos::View<const T*, MemorySpace>(x.send), x.recv);
-  for (std::size_t i = 0; i < ps.size(); ++i) {
-    // This rank's own tensors already hold their new values.
-    if (ps[i].param.dtype != scalar_type_of<T>() || owner[i] == comm.rank() || ps[i].param.size == 0) continue;
-    const auto w            = ps[i].param.template flat<T>();
-    const auto recv         = x.recv;
-    const std::int64_t base = owner[i] * segment + offset[i];
-    Kokkos::parallel_for(
-        "koptim::Gefen::shard_unpack", Kokkos::RangePolicy<ExecutionSpace>(0, ps[i].param.size),
-        KOKKOS_LAMBDA(const std::int64_t e) { w(e) = recv(base + e); });
-  }
+Impl::ParameterSharing<T> whole_tensors(const ParameterSet& ps, const std::vector<int>& owner, int rank, int ranks) {
+  std::vector<Impl::ParameterPart> parts;
+  for (std::size_t i = 0; i < ps.size(); ++i)
+    if (ps[i].param.dtype == scalar_type_of<T>() && ps[i].param.size > 0)
+      parts.push_back({static_cast<int>(i), 0, ps[i].param.size, owner[i]});
+  return Impl::ParameterSharing<T>("koptim::Gefen::parameters", std::move(parts), rank, ranks);
 }
 
 }  // namespace
+
+struct Gefen::Sharing {
+  Impl::ParameterSharing<float> f32;
+  Impl::ParameterSharing<double> f64;
+};
 
 Gefen::Gefen(ParameterSet params, CommonOptions common, GefenOptions options, std::shared_ptr<comm::Communicator> comm)
     : Optimizer("Gefen", std::move(params), std::move(common)),
       options_(options),
       state_(std::make_unique<State>()),
-      owner_(parameters().size(), 0),
-      offset_(parameters().size(), 0) {
+      owner_(parameters().size(), 0) {
   const auto& ps = parameters();
   if (comm && comm->size() > 1) {
     comm_ = std::move(comm);
     rank_ = comm_->rank();
     // Before any check of this rank's own: a rank whose options differ must fail with the others
     // here, not throw alone and leave them waiting in this collective.
-    Impl::check_same_on_all_ranks(*comm_, name(), Impl::describe_parameters(*this) + "; " + describe(options_));
+    Impl::check_same_on_all_ranks(*comm_, name(),
+                                  Impl::describe_parameters(*this) + "; " + Impl::describe_options(options_));
     // Whole tensors, balanced by element count over both scalar types: the state is about one
     // byte per element in either precision. Every rank computes the same assignment.
     std::vector<double> costs;
     for (const auto& p : ps.parameters()) costs.push_back(static_cast<double>(p.param.size));
-    owner_ = assign_blocks(costs, comm_->size());
-    for (int k = 0; k < 2; ++k) {
-      const ScalarType type = k == 0 ? ScalarType::float32 : ScalarType::float64;
-      std::vector<std::int64_t> fill(comm_->size(), 0);
-      for (std::size_t i = 0; i < ps.size(); ++i) {
-        if (ps[i].param.dtype != type) continue;
-        offset_[i] = fill[owner_[i]];
-        fill[owner_[i]] += ps[i].param.size;
-      }
-      segment_[k] = *std::max_element(fill.begin(), fill.end());
-    }
+    owner_        = Impl::assign_blocks(costs, comm_->size());
+    sharing_      = std::make_unique<Sharing>();
+    sharing_->f32 = whole_tensors<float>(ps, owner_, rank_, comm_->size());
+    sharing_->f64 = whole_tensors<double>(ps, owner_, rank_, comm_->size());
   }
-  namespace R = Impl::ranges::gefen;
-  Impl::require(name(), "betas[0]", options_.betas[0], R::beta1);
-  Impl::require(name(), "betas[1]", options_.betas[1], R::beta2);
-  Impl::require(name(), "eps", options_.eps, R::eps);
+  Impl::check_option_ranges(name(), options_);
 }
 
 Gefen::~Gefen() = default;
@@ -634,8 +571,9 @@ void Gefen::initialise() {
   // the counts of one process (exact in double below 2^53).
   std::vector<std::int64_t> h(gefen::histogram_bins, 0);
   std::int64_t total = 0;
-  std::string error;
-  try {
+  // A failure on one rank (an allocation, a bad gradient) fails every rank before the collective
+  // below, which the failing rank would never reach.
+  Impl::run_together(comm_.get(), [&] {
     std::vector<Layout> layouts(nt);
     for (std::size_t i = 0; i < nt; ++i) {
       if (!mine(i)) continue;
@@ -681,14 +619,8 @@ void Gefen::initialise() {
         counts);
     for (std::size_t i = 0; i < nt; ++i)
       if (mine(i)) fresh->tensors[i] = TensorState(ps[i].name, ps[i].param.dtype, layouts[i]);
-  } catch (const std::exception& e) {
-    if (!comm_) throw;
-    error = e.what();
-  }
+  });
   if (comm_) {
-    // A failure on one rank (an allocation, a bad gradient) fails every rank before the
-    // collective below, which the failing rank would never reach.
-    comm_->agree_on_error(error);
     Kokkos::View<double*, MemorySpace> sum("koptim::Gefen::histogram_sum", gefen::histogram_bins + 1);
     auto hs = Kokkos::create_mirror_view(sum);
     for (int b = 0; b < gefen::histogram_bins; ++b) hs(b) = static_cast<double>(h[b]);
@@ -701,7 +633,7 @@ void Gefen::initialise() {
   }
   // From here on every rank works on the same global histogram, so the codebook is the same on
   // every rank; only an allocation can still fail on one rank alone.
-  try {
+  Impl::run_together(comm_.get(), [&] {
     std::vector<float> cb(codebook_size);
     if (total > 0) {
       const auto c = gefen::codebook_from_histogram<float>(h);
@@ -711,12 +643,7 @@ void Gefen::initialise() {
       for (int k = 0; k < codebook_size; ++k) cb[k] = static_cast<float>(-1.0 + 2.0 * k / (codebook_size - 1));
     }
     fresh->set_codebook(cb);
-    error.clear();
-  } catch (const std::exception& e) {
-    if (!comm_) throw;
-    error = e.what();
-  }
-  if (comm_) comm_->agree_on_error(error);
+  });
   state_ = std::move(fresh);
 }
 
@@ -724,10 +651,9 @@ void Gefen::update(std::int64_t t, const std::vector<double>& lrs) {
   if (!state_->initialised) initialise();
   const auto& ps = parameters();
   State& st      = *state_;
-  Exchange<float> xf;
-  Exchange<double> xd;
-  std::string error;
-  try {
+  // One small collective per step, so that a rank whose update failed fails every rank instead of
+  // leaving them in the all-gather.
+  Impl::run_together(comm_.get(), [&] {
     for (std::size_t i = 0; i < ps.size(); ++i) {
       const auto& p   = ps[i];
       TensorState& ts = st.tensors[i];
@@ -742,21 +668,11 @@ void Gefen::update(std::int64_t t, const std::vector<double>& lrs) {
         }
       });
     }
-    if (comm_) {
-      xf = pack<float>(ps, owner_, offset_, segment_[0], rank_, comm_->size());
-      xd = pack<double>(ps, owner_, offset_, segment_[1], rank_, comm_->size());
-    }
-  } catch (const std::exception& e) {
-    if (!comm_) throw;
-    error = e.what();
-  }
+  });
   if (comm_) {
-    // One small collective per step so that a rank that failed (its update or the exchange
-    // buffers) fails every rank instead of leaving them in the all-gather.
-    comm_->agree_on_error(error);
     Impl::ScopedRegion region("koptim::Gefen::all_gather_parameters");
-    exchange<float>(*comm_, ps, owner_, offset_, segment_[0], xf);
-    exchange<double>(*comm_, ps, owner_, offset_, segment_[1], xd);
+    sharing_->f32.share(ps, comm_.get());
+    sharing_->f64.share(ps, comm_.get());
   }
 }
 

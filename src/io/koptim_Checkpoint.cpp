@@ -14,7 +14,7 @@
 
 #include <koptim/comm/koptim_Communicator.hpp>
 #include <koptim/config/koptim_Factory.hpp>
-#include <koptim/core/koptim_Profiling.hpp>
+#include <koptim/core/impl/koptim_Profiling.hpp>
 #include <koptim/koptim_Version.hpp>
 
 #include <koptim_config.hpp>

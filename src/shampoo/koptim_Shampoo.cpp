@@ -1,17 +1,19 @@
 #include <koptim/comm/koptim_BF16.hpp>
 #include <koptim/comm/koptim_Communicator.hpp>
-#include <koptim/core/koptim_Check.hpp>
-#include <koptim/core/koptim_Elementwise.hpp>
-#include <koptim/core/koptim_Lanes.hpp>
-#include <koptim/core/koptim_Math.hpp>
-#include <koptim/core/koptim_Profiling.hpp>
-#include <koptim/diagonal/koptim_DiagonalMath.hpp>
+#include <koptim/core/impl/koptim_Check.hpp>
+#include <koptim/core/impl/koptim_Elementwise.hpp>
+#include <koptim/core/impl/koptim_Lanes.hpp>
+#include <koptim/core/impl/koptim_Math.hpp>
+#include <koptim/core/impl/koptim_Profiling.hpp>
+#include <koptim/diagonal/impl/koptim_DiagonalMath.hpp>
 #include <koptim/linalg/koptim_Eigensolver.hpp>
 #include <koptim/linalg/koptim_Gemm.hpp>
-#include <koptim/shampoo/koptim_BlockMap.hpp>
+#include <koptim/linalg/koptim_MatrixRoot.hpp>
+#include <koptim/shampoo/impl/koptim_BlockMap.hpp>
 #include <koptim/shampoo/koptim_Shampoo.hpp>
 
-#include "../config/koptim_KeyRanges.hpp"
+#include "../comm/koptim_Distributor.hpp"
+#include "koptim_ShampooKeys.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -26,51 +28,6 @@
 #endif
 
 namespace koptim {
-
-const char* to_string(WeightDecayType t) {
-  switch (t) {
-    case WeightDecayType::L2:
-      return "L2";
-    case WeightDecayType::decoupled:
-      return "decoupled";
-    case WeightDecayType::corrected:
-      return "corrected";
-    case WeightDecayType::independent:
-      return "independent";
-  }
-  return "";
-}
-
-const char* to_string(Grafting g) {
-  switch (g) {
-    case Grafting::none:
-      return "none";
-    case Grafting::SGD:
-      return "SGD";
-    case Grafting::AdaGrad:
-      return "AdaGrad";
-    case Grafting::RMSProp:
-      return "RMSProp";
-    case Grafting::Adam:
-      return "Adam";
-  }
-  return "";
-}
-
-std::vector<int> assign_blocks(const std::vector<double>& costs, int num_ranks) {
-  if (num_ranks < 1) throw ConfigError("koptim::assign_blocks: num_ranks = " + std::to_string(num_ranks) + " < 1");
-  std::vector<std::size_t> order(costs.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return costs[a] > costs[b]; });
-  std::vector<double> load(num_ranks, 0.0);
-  std::vector<int> owner(costs.size(), 0);
-  for (std::size_t i : order) {
-    const int r = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());  // first minimum
-    owner[i]    = r;
-    load[r] += costs[i];
-  }
-  return owner;
-}
 
 namespace Impl {
 
@@ -144,8 +101,8 @@ struct BlockState {
   Vec<T> correction;  // eigenvalue correction E, eigenvalue-corrected variant
   // Workspace (not state).
   Vec<T> g, w, mhat, p, q;
-  std::int64_t offset = 0;  // of this block's update in this rank's segment of the all-gather
-  int failures        = 0;  // consecutive amortized computations of this block that failed
+  std::size_t piece = 0;  // of the update all-gather (the block's place in it)
+  int failures      = 0;  // consecutive amortized computations of this block that failed
   // trace(L_j), the same for every j: b2 trace + w |G|^2 each step. It bounds every factor entry
   // (|L_ik| <= max_i L_ii <= trace for a PSD matrix), so the factors cannot overflow while it is
   // finite in T: step() rejects a gradient that would break that before changing anything.
@@ -189,10 +146,7 @@ class ShampooBlocks {
   // precision, then W -= U for every block.
   void exchange(const comm::Communicator* group);
   void write_back();
-  std::size_t all_gather_bytes(int num_ranks) const {
-    return static_cast<std::size_t>(segment_) * num_ranks *
-           (o_.communication_dtype == CommunicationDType::bfloat16 ? 2 : sizeof(T));
-  }
+  std::size_t all_gather_bytes() const { return updates_.exchange_bytes(); }
 
   void export_tensors(OptimizerState& s) const;
   // Throws StateError for a missing or mis-shaped entry; counts the entries it expects.
@@ -203,6 +157,8 @@ class ShampooBlocks {
   struct BankSet {
     Bank<T> L, X;  // factors, and their roots (or eigenvectors in the eigenvalue-corrected variant)
     std::vector<std::pair<std::size_t, int>> owner;  // (block, dim) of each slot
+    // The amortized computation's buffers, allocated by its first run and reused after.
+    std::shared_ptr<linalg::RootWorkspace<MemorySpace>> workspace;
   };
   // out = in x_1 op(X_1) ... x_k op(X_k) over the preconditioned dimensions; spare is workspace
   // distinct from in and out.
@@ -220,16 +176,15 @@ class ShampooBlocks {
   std::int64_t start_;
   std::vector<BlockState<T>> blocks_;
   std::map<std::int64_t, BankSet> banks_;
-  // Every block of type T: where its update is in the gathered buffer and where it goes in W.
+  // Every block of type T (piece k of updates_): its parameter and where it goes in W.
   struct Placement {
     int param;
     shampoo::BlockMap map;
-    std::int64_t size, position;
   };
   std::vector<Placement> placements_;
-  std::int64_t segment_ = 0;  // elements per rank in the all-gather (the largest rank's updates)
-  Vec<T> send_, recv_;
-  int num_ranks_              = 1;
+  // The lr-scaled updates of every block of type T: this rank writes its blocks' updates into
+  // their pieces, one all-gather shares them.
+  Impl::Distributor<T> updates_;
   bool roots_ready_           = false;  // a root (or eigenbasis) has been computed: before, X = I exactly
   std::int64_t failures_kept_ = 0;
   std::int64_t step_failures_ = 0, step_fallbacks_ = 0;
@@ -239,7 +194,7 @@ template <class T>
 ShampooBlocks<T>::ShampooBlocks(const Shampoo& owner, const ParameterSet& ps,
                                 const std::vector<shampoo::BlockLayout>& layouts, const ShampooOptions& o,
                                 const std::vector<std::vector<int>>& owners, int my_rank, int num_ranks)
-    : owner_(owner), ps_(ps), layouts_(layouts), o_(o), num_ranks_(num_ranks) {
+    : owner_(owner), ps_(ps), layouts_(layouts), o_(o) {
   b1_         = o.betas[0];
   b2_         = o.betas[1];
   factor_w_   = b2_ < 1.0 ? 1.0 - b2_ : 1.0;
@@ -247,19 +202,19 @@ ShampooBlocks<T>::ShampooBlocks(const Shampoo& owner, const ParameterSet& ps,
   graft_beta_ = o.grafting_beta2.value_or(o.grafting == Grafting::RMSProp ? 0.99 : 0.999);
   start_      = o.start_preconditioning_step.value_or(o.precondition_frequency);
   std::map<std::int64_t, std::int64_t> counts;
-  std::vector<std::int64_t> filled(num_ranks, 0);
+  std::vector<std::int64_t> sizes;
+  std::vector<int> piece_owners;
   for (std::size_t i = 0; i < ps.size(); ++i) {
     if (ps[i].param.dtype != scalar_type_of<T>()) continue;
     const auto& layout = layouts[i];
     for (const auto& blk : layout.blocks) {
       const int r = owners[i][blk.index];
-      // Offset in rank r's segment; the segment's start is added once all segments are sized.
-      placements_.push_back(
-          {static_cast<int>(i), shampoo::make_block_map(layout, blk, ps[i].param), blk.num_elements(), filled[r]});
-      filled[r] += blk.num_elements();
+      placements_.push_back({static_cast<int>(i), shampoo::make_block_map(layout, blk, ps[i].param)});
+      sizes.push_back(blk.num_elements());
+      piece_owners.push_back(r);
       if (r != my_rank) continue;
       BlockState<T> b;
-      b.offset                = placements_.back().position;
+      b.piece                 = placements_.size() - 1;
       b.param                 = static_cast<int>(i);
       b.block                 = blk.index;
       b.map                   = shampoo::make_block_map(layout, blk, ps[i].param);
@@ -283,23 +238,15 @@ ShampooBlocks<T>::ShampooBlocks(const Shampoo& owner, const ParameterSet& ps,
       blocks_.push_back(std::move(b));
     }
   }
-  segment_ = *std::max_element(filled.begin(), filled.end());
-  {
-    // Positions in the gathered buffer: rank r's segment starts at r * segment_.
-    std::size_t k = 0;
-    for (std::size_t i = 0; i < ps.size(); ++i) {
-      if (ps[i].param.dtype != scalar_type_of<T>()) continue;
-      for (const auto& blk : layouts[i].blocks)
-        placements_[k++].position += static_cast<std::int64_t>(owners[i][blk.index]) * segment_;
-    }
-  }
-  send_ = Vec<T>("koptim::Shampoo::updates", segment_);
-  recv_ = num_ranks > 1 ? Vec<T>("koptim::Shampoo::gathered_updates", segment_ * num_ranks) : send_;
+  updates_ = Impl::Distributor<T>(
+      "koptim::Shampoo::updates", sizes, piece_owners, my_rank, num_ranks,
+      o.communication_dtype == CommunicationDType::bfloat16 ? Impl::Wire::bfloat16 : Impl::Wire::native);
   for (const auto& c : counts) {
     BankSet s;
     s.L = Bank<T>("koptim::Shampoo::factors_" + std::to_string(c.first), c.second, c.first, c.first);
     s.X = Bank<T>("koptim::Shampoo::roots_" + std::to_string(c.first), c.second, c.first, c.first);
     s.owner.resize(c.second);
+    s.workspace = std::make_shared<linalg::RootWorkspace<MemorySpace>>();
     fill_identity(s.X);
     banks_[c.first] = s;
   }
@@ -460,9 +407,10 @@ void ShampooBlocks<T>::amortized(std::int64_t t) {
     BankSet& s           = kv.second;
     const std::int64_t n = kv.first;
     const std::int64_t m = static_cast<std::int64_t>(s.owner.size());
-    Bank<T> Lhat(Kokkos::view_alloc(Kokkos::WithoutInitializing, "koptim::Shampoo::Lhat"), m, n, n);
-    const auto L = s.L;
-    const T sc   = static_cast<T>(scale);
+    auto& ws             = *s.workspace;
+    const auto Lhat      = ws.template batch<T>("koptim::Shampoo::Lhat", m, n, n);
+    const auto L         = s.L;
+    const T sc           = static_cast<T>(scale);
     Kokkos::parallel_for(
         "koptim::Shampoo::bias_correct", Kokkos::RangePolicy<ExecutionSpace>(0, m * n * n),
         KOKKOS_LAMBDA(const std::int64_t k) {
@@ -472,8 +420,8 @@ void ShampooBlocks<T>::amortized(std::int64_t t) {
     std::vector<int> status(m, 0);  // 0 ok, 1 solver failure, 2 non-finite input, 3 non-finite output
     if (o_.eigenvalue_corrected) {
       // Eigenvectors of the factors (bias correction and eps do not change them).
-      Kokkos::View<T**, MemorySpace> w("koptim::Shampoo::eigenvalues", m, n);
-      Kokkos::View<int*, MemorySpace> info("koptim::Shampoo::eigh_info", m);
+      const auto w    = ws.template matrix<T>("koptim::Shampoo::eigenvalues", m, n, true);
+      const auto info = ws.template vector<int>("koptim::Shampoo::eigh_info", m, true);
       const bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible;
       if (o_.eigensolver == linalg::EighSolver::lapack || (o_.eigensolver == linalg::EighSolver::automatic && host)) {
         // LAPACK works on host memory: device factors go through host mirrors (a no-op copy-free
@@ -490,8 +438,8 @@ void ShampooBlocks<T>::amortized(std::int64_t t) {
             Kokkos::deep_copy(Kokkos::subview(s.X, a, Kokkos::ALL(), Kokkos::ALL()),
                               Kokkos::subview(Lhat, a, Kokkos::ALL(), Kokkos::ALL()));
       } else {
-        Bank<T> V("koptim::Shampoo::eigenvectors", m, n, n);
-        Kokkos::View<int*, MemorySpace> sweeps("koptim::Shampoo::sweeps", m);
+        const auto V      = ws.template batch<T>("koptim::Shampoo::eigenvectors", m, n, n, true);
+        const auto sweeps = ws.template vector<int>("koptim::Shampoo::sweeps", m, true);
         linalg::batched_eigh_jacobi(Lhat, w, V, info, sweeps);
         auto hi = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), info);
         for (std::int64_t a = 0; a < m; ++a) {
@@ -511,7 +459,7 @@ void ShampooBlocks<T>::amortized(std::int64_t t) {
       ro.use_pseudo_inverse = o_.pseudo_inverse;
       ro.rank_rtol          = o_.rank_rtol;
       ro.rank_atol          = o_.rank_atol;
-      const auto infos      = linalg::batched_inverse_root(Lhat, s.X, exponents, ro);
+      const auto infos      = linalg::batched_inverse_root(Lhat, s.X, exponents, ro, &ws);
       for (std::int64_t a = 0; a < m; ++a) {
         if (infos[a].newton_fell_back) ++step_fallbacks_;
         switch (infos[a].status) {
@@ -643,7 +591,7 @@ void ShampooBlocks<T>::apply(std::int64_t t, const std::vector<double>& lrs, con
     const bool mom = b.momentum.size() > 0, nesterov = o_.use_nesterov;
     const T a_ = static_cast<T>(alpha), mu = static_cast<T>(o_.momentum),
             one_minus_d = static_cast<T>(1.0 - o_.dampening), lr_ = static_cast<T>(lr);
-    const auto U = Kokkos::subview(send_, std::make_pair(b.offset, b.offset + b.size));
+    const auto U = updates_.piece(b.piece);
     const auto d = dir;
     Impl::for_each_element(
         "koptim::Shampoo::update", b.size, KOKKOS_LAMBDA(const std::int64_t e) {
@@ -660,35 +608,19 @@ void ShampooBlocks<T>::apply(std::int64_t t, const std::vector<double>& lrs, con
 
 template <class T>
 void ShampooBlocks<T>::exchange(const comm::Communicator* group) {
-  if (placements_.empty()) return;
-  if (o_.communication_dtype == CommunicationDType::bfloat16) {
-    Kokkos::View<std::uint16_t*, MemorySpace> half("koptim::Shampoo::updates_bf16", segment_);
-    const auto send = send_;
-    Kokkos::parallel_for(
-        "koptim::Shampoo::to_bf16", Kokkos::RangePolicy<ExecutionSpace>(0, segment_),
-        KOKKOS_LAMBDA(const std::int64_t i) { half(i) = comm::to_bf16(static_cast<float>(send(i))); });
-    Kokkos::View<std::uint16_t*, MemorySpace> all = half;
-    if (group != nullptr && num_ranks_ > 1) {
-      all = Kokkos::View<std::uint16_t*, MemorySpace>("koptim::Shampoo::gathered_bf16", segment_ * num_ranks_);
-      group->all_gather(Kokkos::View<const std::uint16_t*, MemorySpace>(half), all);
-    }
-    const auto recv = recv_;
-    Kokkos::parallel_for(
-        "koptim::Shampoo::from_bf16", Kokkos::RangePolicy<ExecutionSpace>(0, all.extent(0)),
-        KOKKOS_LAMBDA(const std::int64_t i) { recv(i) = static_cast<T>(comm::from_bf16(all(i))); });
-    return;
-  }
-  if (group != nullptr && num_ranks_ > 1) group->all_gather(Kokkos::View<const T*, MemorySpace>(send_), recv_);
+  updates_.exchange(group);
 }
 
 template <class T>
 void ShampooBlocks<T>::write_back() {
-  for (const auto& pl : placements_) {
-    const auto W = ps_[pl.param].param.template flat<T>();
-    const auto U = Kokkos::subview(recv_, std::make_pair(pl.position, pl.position + pl.size));
+  for (std::size_t k = 0; k < placements_.size(); ++k) {
+    const auto& pl = placements_[k];
+    const auto W   = ps_[pl.param].param.template flat<T>();
+    const auto U   = updates_.piece(k);
     // A sum of zeros: the scatter shares the gather's traversal.
     reduce_block(
-        "koptim::Shampoo::write_back", pl.map, pl.size, KOKKOS_LAMBDA(const std::int64_t e, const std::int64_t k) {
+        "koptim::Shampoo::write_back", pl.map, updates_.size(k),
+        KOKKOS_LAMBDA(const std::int64_t e, const std::int64_t k) {
           W(k) -= U(e);
           return 0.0;
         });
@@ -838,29 +770,12 @@ Shampoo::Shampoo(ParameterSet params, CommonOptions common, ShampooOptions optio
   const auto& o        = options_;
   namespace R          = Impl::ranges::shampoo;
   const std::string me = "Shampoo";
-  Impl::require(me, "betas[0]", o.betas[0], R::beta1);
-  Impl::require(me, "betas[1]", o.betas[1], R::beta2);
-  if (o.beta3) Impl::require(me, "beta3", *o.beta3, R::beta3);
-  Impl::require(me, "epsilon", o.epsilon, R::epsilon);
-  Impl::require(me, "momentum", o.momentum, R::momentum);
-  Impl::require(me, "dampening", o.dampening, R::dampening);
-  Impl::require(me, "max_preconditioner_dim", static_cast<double>(o.max_preconditioner_dim), R::max_preconditioner_dim,
-                true);
-  Impl::require(me, "precondition_frequency", static_cast<double>(o.precondition_frequency), R::precondition_frequency,
-                true);
-  if (o.start_preconditioning_step) {
-    Impl::require(me, "start_preconditioning_step", static_cast<double>(*o.start_preconditioning_step),
-                  R::start_preconditioning_step, true);
-    if (*o.start_preconditioning_step < o.precondition_frequency) {
-      throw ConfigError(
-          "koptim::Shampoo: start_preconditioning_step = " + std::to_string(*o.start_preconditioning_step) +
-          " is not allowed; allowed: at least precondition_frequency = " + std::to_string(o.precondition_frequency));
-    }
+  Impl::check_option_ranges(me, o);
+  if (o.start_preconditioning_step && *o.start_preconditioning_step < o.precondition_frequency) {
+    throw ConfigError(
+        "koptim::Shampoo: start_preconditioning_step = " + std::to_string(*o.start_preconditioning_step) +
+        " is not allowed; allowed: at least precondition_frequency = " + std::to_string(o.precondition_frequency));
   }
-  if (o.grafting_beta2) Impl::require(me, "grafting_beta2", *o.grafting_beta2, R::grafting_beta2);
-  Impl::require(me, "grafting_epsilon", o.grafting_epsilon, R::grafting_epsilon);
-  Impl::require(me, "rank_rtol", o.rank_rtol, R::rank_rtol);
-  Impl::require(me, "rank_atol", o.rank_atol, R::rank_atol);
   if (o.pseudo_inverse && o.epsilon != 0.0) {
     throw ConfigError("koptim::Shampoo: pseudo_inverse = true needs epsilon = 0 (got epsilon = " +
                       Impl::real_string(o.epsilon) + ")");
@@ -876,10 +791,6 @@ Shampoo::Shampoo(ParameterSet params, CommonOptions common, ShampooOptions optio
         "inverse_exponent_override/order_" + std::to_string(kv.first.first) + "_dim_" + std::to_string(kv.first.second),
         kv.second, R::inverse_exponent);
   }
-  Impl::require(me, "num_tolerated_failed_amortized_computations", o.num_tolerated_failed_amortized_computations,
-                R::num_tolerated_failed_amortized_computations, true);
-  if (o.num_trainers_per_group)
-    Impl::require(me, "num_trainers_per_group", *o.num_trainers_per_group, R::num_trainers_per_group, true);
   shampoo::BlockingOptions bo;
   bo.max_preconditioner_dim = o.max_preconditioner_dim;
   bo.use_merge_dims         = o.use_merge_dims;
@@ -889,30 +800,10 @@ Shampoo::Shampoo(ParameterSet params, CommonOptions common, ShampooOptions optio
     // all-gather would not match (a hang or silent garbage). Checked on every rank.
     std::ostringstream d;
     d.precision(17);
-    auto unset = [](const auto& v) {
-      std::ostringstream t;
-      t.precision(17);
-      if (v) t << *v;
-      return v ? t.str() : std::string("unset");
-    };
-    for (std::size_t i = 0; i < parameters().size(); ++i) {
-      const auto& p = parameters()[i];
-      d << p.name << ' ' << to_string(p.param.dtype) << ' ' << shape_string(p.param.shape) << ' '
-        << p.param.layout_right << ' ' << p.group << ' ' << base_lr(p.group) << ' ' << weight_decay(p.group) << ';';
-    }
-    d << common_options().lr_schedule.describe() << ';' << static_cast<int>(common_options().nonfinite_gradient) << ';'
-      << o.betas[0] << ',' << o.betas[1] << ',' << unset(o.beta3) << ',' << o.epsilon << ',' << o.momentum << ','
-      << o.dampening << ',' << o.use_nesterov << ',' << static_cast<int>(o.weight_decay_type) << ','
-      << o.max_preconditioner_dim << ',' << o.use_merge_dims << ',' << o.precondition_frequency << ','
-      << unset(o.start_preconditioning_step) << ',' << o.use_bias_correction << ',' << static_cast<int>(o.grafting)
-      << ',' << unset(o.grafting_beta2) << ',' << o.grafting_epsilon << ',' << o.eigenvalue_corrected << ','
-      << static_cast<int>(o.root_method) << ',' << static_cast<int>(o.eigensolver) << ',' << o.pseudo_inverse << ','
-      << o.rank_rtol << ',' << o.rank_atol << ',' << o.num_tolerated_failed_amortized_computations << ','
-      << unset(o.num_trainers_per_group) << ',' << static_cast<int>(o.communication_dtype) << ','
-      << static_cast<int>(o.distributed_cost_model);
-    for (const auto& kv : o.inverse_exponent_override) d << ";o" << kv.first << '=' << kv.second;
+    d << Impl::describe_parameters(*this) << "; " << Impl::describe_options(o);
+    for (const auto& kv : o.inverse_exponent_override) d << "override order_" << kv.first << ' ' << kv.second << "; ";
     for (const auto& kv : o.inverse_exponent_override_dim)
-      d << ";o" << kv.first.first << 'd' << kv.first.second << '=' << kv.second;
+      d << "override order_" << kv.first.first << "_dim_" << kv.first.second << ' ' << kv.second << "; ";
     if (!comm_->same_on_all_ranks(d.str())) {
       throw ConfigError(
           "koptim::Shampoo: the ranks of the communicator disagree on the parameters (names, shapes, "
@@ -942,7 +833,7 @@ Shampoo::Shampoo(ParameterSet params, CommonOptions common, ShampooOptions optio
       }
     }
   }
-  const auto owner = assign_blocks(costs, ranks);
+  const auto owner = Impl::assign_blocks(costs, ranks);
   std::size_t k    = 0;
   for (const auto& layout : layouts_) {
     owners_.emplace_back();
@@ -1000,7 +891,7 @@ int Shampoo::group_rank() const { return group_comm_ ? group_comm_->rank() : 0; 
 int Shampoo::group_size() const { return group_comm_ ? group_comm_->size() : 1; }
 std::size_t Shampoo::all_gather_bytes() const {
   if (group_size() <= 1) return 0;
-  return f32_->all_gather_bytes(group_size()) + f64_->all_gather_bytes(group_size());
+  return f32_->all_gather_bytes() + f64_->all_gather_bytes();
 }
 
 Shampoo::~Shampoo() = default;
@@ -1060,7 +951,9 @@ void Shampoo::update(std::int64_t t, const std::vector<double>& lrs) {
       throw NonFiniteError(error);
     }
   }
-  try {
+  // An error on one rank (a failed allocation in the amortized computation) reaches every rank
+  // before the all-gather.
+  Impl::run_together(group_comm_.get(), [&] {
     {
       Impl::ScopedRegion r("koptim::Shampoo::accumulate");
       f32_->accumulate(t);
@@ -1086,11 +979,7 @@ void Shampoo::update(std::int64_t t, const std::vector<double>& lrs) {
     f32_->apply(t, lrs, peaks, wds);
     f64_->apply(t, lrs, peaks, wds);
     lap(times_.compute_updates);
-  } catch (const std::exception& e) {
-    if (!group_comm_) throw;
-    error = e.what();
-  }
-  if (group_comm_) group_comm_->agree_on_error(error);
+  });
   {
     Impl::ScopedRegion r("koptim::Shampoo::all_gather");
     f32_->exchange(group_comm_.get());

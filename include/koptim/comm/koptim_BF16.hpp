@@ -9,7 +9,7 @@
 #define KOPTIM_COMM_BF16_HPP
 
 #include <koptim/core/koptim_Error.hpp>
-#include <koptim/core/koptim_Profiling.hpp>
+#include <koptim/core/impl/koptim_Profiling.hpp>
 #include <koptim/core/koptim_Tensor.hpp>
 
 #include <cstdint>

@@ -30,6 +30,8 @@ class Communicator;
 }
 
 enum class NonFiniteGradient { error, skip_step, unchecked };
+// The name a parameter list uses ("error", "skip_step", "unchecked").
+const char* to_string(NonFiniteGradient p);
 
 // What the last call of step() did. Filled also when step() throws, so that a caller can log it.
 struct StepStatus {

@@ -12,14 +12,18 @@
 namespace koptim {
 namespace Impl {
 
+template <class T>
+class Distributor;
+
 // Base of optimizers whose state is a fixed set of element-wise buffers ("slots", e.g. exp_avg
 // and exp_avg_sq) shaped like the parameters. With a communicator the state is sharded: the
 // elements of all parameters of one scalar type, concatenated in registration order, are cut into
 // one contiguous slice per rank; each rank keeps the state of its slice, updates it, and one
-// all-gather per scalar type shares the new parameter values. Element-wise updates make the
-// result bitwise equal to one process.
+// all-gather per scalar type shares the new parameter values (buffers allocated once). Element-wise
+// updates make the result bitwise equal to one process.
 class ElementwiseOptimizer : public Optimizer {
  public:
+  ~ElementwiseOptimizer() override;
   std::size_t state_bytes() const override;
   bool sharded() const { return comm_ != nullptr; }
   StatePart state_part(const std::string& key) const override;
@@ -67,7 +71,10 @@ class ElementwiseOptimizer : public Optimizer {
   std::vector<std::string> slots_;
   std::vector<Piece> pieces_;
   std::shared_ptr<comm::Communicator> comm_;
-  std::int64_t chunk_[2] = {0, 0};  // sharded: elements per rank, float and double
+  // Sharded: the all-gather plans of the float and double parameters, a piece for every part of
+  // a parameter that lies in one rank's slice.
+  struct Sharing;
+  std::unique_ptr<Sharing> sharing_;
 };
 
 }  // namespace Impl

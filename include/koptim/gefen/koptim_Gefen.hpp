@@ -75,6 +75,9 @@ namespace koptim {
 
 enum class GefenPartitionRule { neighbour_contrast, variance_drop };
 enum class GefenP1SecondMoment { factored, full };
+// The names a parameter list uses.
+const char* to_string(GefenPartitionRule r);
+const char* to_string(GefenP1SecondMoment m);
 
 // Gefen's own keys; lr and weight_decay are in CommonOptions (Gefen's default weight_decay is 0).
 struct GefenOptions {
@@ -162,10 +165,9 @@ class Gefen : public Optimizer {
   std::shared_ptr<comm::Communicator> comm_;  // null unless sharded over more than one rank
   int rank_ = 0;
   std::vector<int> owner_;
-  // Sharded all-gather plan: each tensor's offset in its owner's segment of its scalar type, and
-  // the elements per rank of the float and double messages (the largest rank's segment).
-  std::vector<std::int64_t> offset_;
-  std::int64_t segment_[2] = {0, 0};
+  // Sharded: the all-gather plans of the float and double tensors (buffers allocated once).
+  struct Sharing;
+  std::unique_ptr<Sharing> sharing_;
 };
 
 }  // namespace koptim

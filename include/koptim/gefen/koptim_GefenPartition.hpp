@@ -15,8 +15,8 @@
 
 #include <koptim/core/koptim_Error.hpp>
 #include <koptim/core/koptim_Kokkos.hpp>
-#include <koptim/core/koptim_Math.hpp>
-#include <koptim/core/koptim_Profiling.hpp>
+#include <koptim/core/impl/koptim_Math.hpp>
+#include <koptim/core/impl/koptim_Profiling.hpp>
 
 #include <algorithm>
 #include <cstdint>

@@ -22,15 +22,18 @@
 
 #include <koptim/core/koptim_Error.hpp>
 #include <koptim/core/koptim_Kokkos.hpp>
-#include <koptim/core/koptim_Math.hpp>
-#include <koptim/core/koptim_Profiling.hpp>
+#include <koptim/core/impl/koptim_Math.hpp>
+#include <koptim/core/impl/koptim_Profiling.hpp>
 #include <koptim/linalg/koptim_Eigensolver.hpp>
+#include <koptim/linalg/koptim_RootOptions.hpp>
 
 #include <KokkosBlas3_gemm.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <limits>
+#include <map>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -38,11 +41,6 @@
 
 namespace koptim {
 namespace linalg {
-
-enum class RootMethod { eigen, coupled_newton };
-
-// automatic: LAPACK when the factors are in host-accessible memory, Jacobi otherwise.
-enum class EighSolver { automatic, lapack, jacobi };
 
 enum class RootStatus {
   success,
@@ -103,6 +101,62 @@ struct RootInfo {
   bool ok() const { return status == RootStatus::success; }
 };
 
+// The work buffers of batched_inverse_root, kept from one call to the next: a caller that
+// computes roots of the same batch sizes again and again (Shampoo's amortized computation) passes
+// the same workspace, and only its first call allocates. Each named buffer grows to the largest
+// size asked for and is handed out as an unmanaged View of the extents asked; a buffer is in use
+// only during the call that asked for it.
+template <class MemorySpace>
+class RootWorkspace {
+ public:
+  template <class T>
+  using Vector = Kokkos::View<T*, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  template <class T, class Layout = Kokkos::LayoutRight>
+  using Matrix = Kokkos::View<T**, Layout, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  template <class T>
+  using Batch = Kokkos::View<T***, Kokkos::LayoutRight, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+
+  // zero: filled with 0, as a freshly allocated Kokkos View is.
+  template <class T>
+  Vector<T> vector(const std::string& label, std::size_t n, bool zero = false) {
+    return fill(Vector<T>(static_cast<T*>(storage<T>(label, n)), n), zero);
+  }
+  template <class T, class Layout = Kokkos::LayoutRight>
+  Matrix<T, Layout> matrix(const std::string& label, std::size_t m, std::size_t n, bool zero = false) {
+    return fill(Matrix<T, Layout>(static_cast<T*>(storage<T>(label, m * n)), m, n), zero);
+  }
+  template <class T>
+  Batch<T> batch(const std::string& label, std::size_t m, std::size_t n, std::size_t k, bool zero = false) {
+    return fill(Batch<T>(static_cast<T*>(storage<T>(label, m * n * k)), m, n, k), zero);
+  }
+  // Bytes held.
+  std::size_t bytes() const {
+    std::size_t b = 0;
+    for (const auto& kv : buffers_) b += kv.second.extent(0);
+    return b;
+  }
+
+ private:
+  template <class View>
+  static View fill(const View& v, bool zero) {
+    if (zero && v.size() > 0) Kokkos::deep_copy(v, typename View::non_const_value_type(0));
+    return v;
+  }
+  template <class T>
+  void* storage(const std::string& label, std::size_t count) {
+    // One buffer per label and element size: the double-precision retry of a float batch uses
+    // the same labels.
+    auto& buf                = buffers_[label + "/" + std::to_string(sizeof(T))];
+    const std::size_t needed = std::max<std::size_t>(count * sizeof(T), 1);
+    if (buf.extent(0) < needed) {
+      buf = Kokkos::View<unsigned char*, MemorySpace>();  // free the old buffer first
+      buf = Kokkos::View<unsigned char*, MemorySpace>(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), needed);
+    }
+    return buf.data();
+  }
+  std::map<std::string, Kokkos::View<unsigned char*, MemorySpace>> buffers_;
+};
+
 namespace Impl {
 
 enum : int { class_general = 0, class_diagonal = 1, class_nonfinite = 2, class_identity = 3 };
@@ -112,22 +166,25 @@ using Batch = Kokkos::View<T***, Kokkos::LayoutRight, MemorySpace>;
 template <class T, class MemorySpace>
 using Batch2 = Kokkos::View<T**, Kokkos::LayoutRight, MemorySpace>;
 
+// v in a workspace vector of the memory space (copied from host without a host mirror).
 template <class MemorySpace>
-Kokkos::View<int*, MemorySpace> to_device(const std::vector<int>& v, const std::string& label) {
-  Kokkos::View<int*, MemorySpace> d(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), v.size());
-  auto h = Kokkos::create_mirror_view(d);
-  for (std::size_t i = 0; i < v.size(); ++i) h(i) = v[i];
-  Kokkos::deep_copy(d, h);
+typename RootWorkspace<MemorySpace>::template Vector<int> to_device(RootWorkspace<MemorySpace>& ws,
+                                                                    const std::vector<int>& v,
+                                                                    const std::string& label) {
+  auto d = ws.template vector<int>(label, v.size());
+  Kokkos::deep_copy(
+      d, Kokkos::View<const int*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(v.data(), v.size()));
   return d;
 }
 
+// A rank-1 View of integers to the host, without a host mirror.
 template <class ViewType>
 std::vector<int> to_host_vector(const ViewType& d) {
-  auto h = Kokkos::create_mirror_view(d);
-  Kokkos::deep_copy(h, d);
-  std::vector<int> v(d.extent(0));
-  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int>(h(i));
-  return v;
+  using V = typename ViewType::non_const_value_type;
+  std::vector<V> h(d.extent(0));
+  Kokkos::deep_copy(Kokkos::View<V*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(h.data(), h.size()),
+                    d);
+  return std::vector<int>(h.begin(), h.end());
 }
 
 // lambda^-a under the shift rule of docs/shampoo.md ("What one step does", step 2), given the smallest and largest
@@ -160,15 +217,15 @@ KOKKOS_INLINE_FUNCTION T inverse_power(T lam, T lam_min, T lam_max, T eps, bool 
 // row-wise kernels, the inner loop goes through a row subview: with the rank-3 View indexed
 // directly, GCC does not vectorize it (3-5x slower on one CPU core at n = 256).
 template <class ExecSpace, class LView, class ExpView>
-Kokkos::View<int*, typename LView::memory_space> classify(const ExecSpace& space, const LView& L, const ExpView& a,
-                                                          bool skip_diagonal) {
+auto classify(const ExecSpace& space, RootWorkspace<typename LView::memory_space>& ws, const LView& L, const ExpView& a,
+              bool skip_diagonal) {
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
   using Member = typename Policy::member_type;
   using Flags  = Kokkos::BOr<int>;
   enum : int { has_nonfinite = 1, has_offdiagonal = 2 };
-  const int nb = static_cast<int>(L.extent(0));
-  const int n  = static_cast<int>(L.extent(1));
-  Kokkos::View<int*, typename LView::memory_space> cls("koptim::linalg::classify", nb);
+  const int nb   = static_cast<int>(L.extent(0));
+  const int n    = static_cast<int>(L.extent(1));
+  const auto cls = ws.template vector<int>("koptim::linalg::classify", nb, true);
   Kokkos::parallel_for(
       "koptim::linalg::classify_factors", Policy(space, nb, Kokkos::AUTO, Kokkos::AUTO),
       KOKKOS_LAMBDA(const Member& team) {
@@ -251,17 +308,18 @@ struct RootScalars {
 // Diagonal factors: the eigenvalues are the diagonal entries (+ eps), the eigenvectors the
 // unit vectors, so the root is diagonal too. Roots are written for successes only.
 template <class ExecSpace, class LView, class XView, class ExpView>
-std::vector<int> diagonal_roots(const ExecSpace& space, const LView& L, const XView& X, const ExpView& a,
-                                const std::vector<int>& which, const RootScalars& rs) {
-  using T      = typename XView::non_const_value_type;
-  using Mem    = typename LView::memory_space;
-  using Policy = Kokkos::TeamPolicy<ExecSpace>;
-  using Member = typename Policy::member_type;
-  const int m  = static_cast<int>(which.size());
-  const int n  = static_cast<int>(L.extent(1));
-  auto idx     = to_device<Mem>(which, "koptim::linalg::diag_idx");
-  Batch2<T, Mem> d(Kokkos::view_alloc(Kokkos::WithoutInitializing, "koptim::linalg::diag_weights"), m, n);
-  Kokkos::View<int*, Mem> ok("koptim::linalg::diag_ok", m);
+std::vector<int> diagonal_roots(const ExecSpace& space, RootWorkspace<typename LView::memory_space>& ws, const LView& L,
+                                const XView& X, const ExpView& a, const std::vector<int>& which,
+                                const RootScalars& rs) {
+  using T       = typename XView::non_const_value_type;
+  using Mem     = typename LView::memory_space;
+  using Policy  = Kokkos::TeamPolicy<ExecSpace>;
+  using Member  = typename Policy::member_type;
+  const int m   = static_cast<int>(which.size());
+  const int n   = static_cast<int>(L.extent(1));
+  auto idx      = to_device<Mem>(ws, which, "koptim::linalg::diag_idx");
+  const auto d  = ws.template matrix<T>("koptim::linalg::diag_weights", m, n);
+  const auto ok = ws.template vector<int>("koptim::linalg::diag_ok", m, true);
   const T eps = static_cast<T>(rs.eps), rtol = static_cast<T>(rs.rtol), atol = static_cast<T>(rs.atol);
   const bool pinv = rs.pinv;
   Kokkos::parallel_for(
@@ -306,9 +364,10 @@ std::vector<int> diagonal_roots(const ExecSpace& space, const LView& L, const XV
 }
 
 template <class ExecSpace, class XView>
-void identity_roots(const ExecSpace& space, const XView& X, const std::vector<int>& which) {
+void identity_roots(const ExecSpace& space, RootWorkspace<typename XView::memory_space>& ws, const XView& X,
+                    const std::vector<int>& which) {
   using T     = typename XView::non_const_value_type;
-  auto idx    = to_device<typename XView::memory_space>(which, "koptim::linalg::identity_idx");
+  auto idx    = to_device<typename XView::memory_space>(ws, which, "koptim::linalg::identity_idx");
   const int m = static_cast<int>(which.size());
   const int n = static_cast<int>(X.extent(1));
   Kokkos::parallel_for(
@@ -326,20 +385,21 @@ struct EigenOutcome {
 // The general eigen path for the matrices `which` of L, in precision Tw; successful roots go
 // to X.
 template <class Tw, class ExecSpace, class LView, class XView, class ExpView>
-EigenOutcome eigen_roots(const ExecSpace& space, const LView& L, const XView& X, const ExpView& a,
-                         const std::vector<int>& which, const RootScalars& rs, bool use_lapack,
-                         const JacobiOptions& jopt) {
+EigenOutcome eigen_roots(const ExecSpace& space, RootWorkspace<typename LView::memory_space>& ws, const LView& L,
+                         const XView& X, const ExpView& a, const std::vector<int>& which, const RootScalars& rs,
+                         bool use_lapack, const JacobiOptions& jopt) {
   using Mem    = typename LView::memory_space;
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
   using Member = typename Policy::member_type;
   const int m  = static_cast<int>(which.size());
   const int n  = static_cast<int>(L.extent(1));
   EigenOutcome out;
-  auto idx = to_device<Mem>(which, "koptim::linalg::eigen_idx");
+  using WorkBatch = typename RootWorkspace<Mem>::template Batch<Tw>;
+  auto idx        = to_device<Mem>(ws, which, "koptim::linalg::eigen_idx");
 
-  Batch<Tw, Mem> W(Kokkos::view_alloc(Kokkos::WithoutInitializing, "koptim::linalg::eigen_work"), m, n, n);
-  Batch2<Tw, Mem> E(Kokkos::view_alloc(Kokkos::WithoutInitializing, "koptim::linalg::eigenvalues"), m, n);
-  const Tw eps = static_cast<Tw>(rs.eps);
+  const WorkBatch W = ws.template batch<Tw>("koptim::linalg::eigen_work", m, n, n);
+  const auto E      = ws.template matrix<Tw>("koptim::linalg::eigenvalues", m, n);
+  const Tw eps      = static_cast<Tw>(rs.eps);
   Kokkos::parallel_for(
       "koptim::linalg::shifted_factors", Policy(space, m, Kokkos::AUTO, Kokkos::AUTO),
       KOKKOS_LAMBDA(const Member& team) {
@@ -352,8 +412,8 @@ EigenOutcome eigen_roots(const ExecSpace& space, const LView& L, const XView& X,
         });
       });
 
-  Batch<Tw, Mem> Q;
-  Kokkos::View<int*, Mem> info("koptim::linalg::eigen_info", m);
+  WorkBatch Q;
+  const auto info = ws.template vector<int>("koptim::linalg::eigen_info", m, true);
   if (use_lapack) {
     // Host-accessible memory is used in place; device memory goes through host mirrors.
     auto Wh = Kokkos::create_mirror_view(W);
@@ -389,8 +449,8 @@ EigenOutcome eigen_roots(const ExecSpace& space, const LView& L, const XView& X,
     Q = W;
     out.sweeps.assign(m, 0);
   } else {
-    Q = Batch<Tw, Mem>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "koptim::linalg::eigenvectors"), m, n, n);
-    Kokkos::View<int*, Mem> sw("koptim::linalg::jacobi_sweeps", m);
+    Q             = ws.template batch<Tw>("koptim::linalg::eigenvectors", m, n, n);
+    const auto sw = ws.template vector<int>("koptim::linalg::jacobi_sweeps", m, true);
     batched_eigh_jacobi(space, W, E, Q, info, sw, jopt);
     out.sweeps = to_host_vector(sw);
   }
@@ -401,8 +461,8 @@ EigenOutcome eigen_roots(const ExecSpace& space, const LView& L, const XView& X,
 
   // Weights lambda^-a, then B = Q diag(weights) and X = B Q^T (vectors in columns), or
   // B = diag(weights) Q and X = Q^T B (vectors in rows).
-  Kokkos::View<int*, Mem> ok("koptim::linalg::eigen_ok", m);
-  Batch2<Tw, Mem> D(Kokkos::view_alloc(Kokkos::WithoutInitializing, "koptim::linalg::weights"), m, n);
+  const auto ok = ws.template vector<int>("koptim::linalg::eigen_ok", m, true);
+  const auto D  = ws.template matrix<Tw>("koptim::linalg::weights", m, n);
   const Tw rtol = static_cast<Tw>(rs.rtol), atol = static_cast<Tw>(rs.atol);
   const bool pinv = rs.pinv;
   Kokkos::parallel_for(
@@ -422,7 +482,7 @@ EigenOutcome eigen_roots(const ExecSpace& space, const LView& L, const XView& X,
             bad);
         Kokkos::single(Kokkos::PerTeam(team), [&]() { ok(g) = bad == 0 ? 1 : 0; });
       });
-  Batch<Tw, Mem> B(Kokkos::view_alloc(Kokkos::WithoutInitializing, "koptim::linalg::scaled_vectors"), m, n, n);
+  const WorkBatch B = ws.template batch<Tw>("koptim::linalg::scaled_vectors", m, n, n);
   Kokkos::parallel_for(
       "koptim::linalg::scale_vectors", Policy(space, m, Kokkos::AUTO, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
         const int g = team.league_rank();
@@ -441,10 +501,7 @@ EigenOutcome eigen_roots(const ExecSpace& space, const LView& L, const XView& X,
       });
   auto okh = to_host_vector(ok);
   // One GEMM per matrix. Jacobi leaves W free (Q is separate), so it takes the products.
-  Batch<Tw, Mem> P =
-      use_lapack
-          ? Batch<Tw, Mem>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "koptim::linalg::root_products"), m, n, n)
-          : W;
+  const WorkBatch P = use_lapack ? ws.template batch<Tw>("koptim::linalg::root_products", m, n, n) : W;
   for (int g = 0; g < m; ++g) {
     if (okh[g] == 0) continue;
     auto Bg = Kokkos::subview(B, g, Kokkos::ALL(), Kokkos::ALL());
@@ -458,6 +515,15 @@ EigenOutcome eigen_roots(const ExecSpace& space, const LView& L, const XView& X,
   write_finite_roots(space, X, P, idx, ok);
   out.ok = to_host_vector(ok);
   return out;
+}
+
+// The same with buffers of its own.
+template <class Tw, class ExecSpace, class LView, class XView, class ExpView>
+EigenOutcome eigen_roots(const ExecSpace& space, const LView& L, const XView& X, const ExpView& a,
+                         const std::vector<int>& which, const RootScalars& rs, bool use_lapack,
+                         const JacobiOptions& jopt) {
+  RootWorkspace<typename LView::memory_space> ws;
+  return eigen_roots<Tw>(space, ws, L, X, a, which, rs, use_lapack, jopt);
 }
 
 // max |M - I|, or infinity when M holds a NaN or an infinity (the max reducer would compare
@@ -491,16 +557,17 @@ double newton_residual(const ExecSpace& space, const MView& M) {
 // z = (p+1) / (2 ||A||_F), X = z^(1/p) I, M = z A; repeat M_p = ((p+1) I - M) / p,
 // X <- X M_p, M <- M_p^p M while max|M - I| > tolerance.
 template <class ExecSpace, class LView, class XView>
-RootInfo newton_root(const ExecSpace& space, const LView& L, const XView& X, int b, int p, const RootScalars& rs,
-                     int max_iterations, double tolerance) {
+RootInfo newton_root(const ExecSpace& space, RootWorkspace<typename LView::memory_space>& ws, const LView& L,
+                     const XView& X, int b, int p, const RootScalars& rs, int max_iterations, double tolerance) {
   using T     = typename XView::non_const_value_type;
-  using Mem   = typename LView::memory_space;
-  using M2    = Kokkos::View<T**, Kokkos::LayoutLeft, Mem>;
   const int n = static_cast<int>(L.extent(1));
   RootInfo res;
-  M2 A("koptim::linalg::newton_A", n, n), Y("koptim::linalg::newton_X", n, n), M("koptim::linalg::newton_M", n, n);
-  M2 Mp("koptim::linalg::newton_Mp", n, n), Pw("koptim::linalg::newton_power", n, n);
-  M2 T1("koptim::linalg::newton_tmp", n, n);
+  auto matrix = [&](const char* label) { return ws.template matrix<T, Kokkos::LayoutLeft>(label, n, n, true); };
+  // Swapped during the iteration: not const.
+  auto A = matrix("koptim::linalg::newton_A"), Y = matrix("koptim::linalg::newton_X"),
+       M  = matrix("koptim::linalg::newton_M");
+  auto Mp = matrix("koptim::linalg::newton_Mp"), Pw = matrix("koptim::linalg::newton_power");
+  auto T1      = matrix("koptim::linalg::newton_tmp");
   const T eps  = static_cast<T>(rs.eps);
   const int nn = n * n;
   using Range  = Kokkos::RangePolicy<ExecSpace>;
@@ -610,9 +677,11 @@ inline int newton_root_index(double a) {
 // Inverse roots of a batch of symmetric PSD factors: X(b) = (L(b) + eps I)^(-exponents[b]).
 // L and X are rank-3 Views (batch x n x n) of the same scalar type (float or double) in one
 // memory space; L is not modified, X(b) is written only when result b is success.
+// workspace: buffers kept for the next call with the same batch (null: allocated for this call).
 template <class LView, class XView>
 std::vector<RootInfo> batched_inverse_root(const LView& L, const XView& X, const std::vector<double>& exponents,
-                                           const InverseRootOptions& options = {}) {
+                                           const InverseRootOptions& options                      = {},
+                                           RootWorkspace<typename LView::memory_space>* workspace = nullptr) {
   using T         = typename XView::non_const_value_type;
   using Mem       = typename LView::memory_space;
   using ExecSpace = typename LView::execution_space;
@@ -687,13 +756,12 @@ std::vector<RootInfo> batched_inverse_root(const LView& L, const XView& X, const
   koptim::Impl::ScopedRegion region(who);
   ExecSpace space;
 
-  Kokkos::View<double*, Mem> a(Kokkos::view_alloc(Kokkos::WithoutInitializing, "koptim::linalg::exponents"), nb);
-  {
-    auto ah = Kokkos::create_mirror_view(a);
-    for (std::size_t b = 0; b < nb; ++b) ah(b) = exponents[b];
-    Kokkos::deep_copy(a, ah);
-  }
-  const auto cls = Impl::to_host_vector(Impl::classify(space, L, a, options.skip_diagonal));
+  RootWorkspace<Mem> local;
+  RootWorkspace<Mem>& ws = workspace != nullptr ? *workspace : local;
+  const auto a           = ws.template vector<double>("koptim::linalg::exponents", nb);
+  Kokkos::deep_copy(
+      a, Kokkos::View<const double*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(exponents.data(), nb));
+  const auto cls = Impl::to_host_vector(Impl::classify(space, ws, L, a, options.skip_diagonal));
   std::vector<int> identity, diagonal, general;
   for (std::size_t b = 0; b < nb; ++b) {
     switch (cls[b]) {
@@ -713,9 +781,9 @@ std::vector<RootInfo> batched_inverse_root(const LView& L, const XView& X, const
     }
   }
   const Impl::RootScalars rs{options.epsilon, options.rank_rtol, options.rank_atol, options.use_pseudo_inverse};
-  if (!identity.empty()) Impl::identity_roots(space, X, identity);
+  if (!identity.empty()) Impl::identity_roots(space, ws, X, identity);
   if (!diagonal.empty()) {
-    const auto ok = Impl::diagonal_roots(space, L, X, a, diagonal, rs);
+    const auto ok = Impl::diagonal_roots(space, ws, L, X, a, diagonal, rs);
     for (std::size_t g = 0; g < diagonal.size(); ++g) {
       if (ok[g] == 0) results[diagonal[g]].status = RootStatus::nonfinite_output;
     }
@@ -723,7 +791,7 @@ std::vector<RootInfo> batched_inverse_root(const LView& L, const XView& X, const
   if (!general.empty() && options.method == RootMethod::coupled_newton) {
     std::vector<int> diverged;
     for (int b : general) {
-      results[b] = Impl::newton_root(space, L, X, b, Impl::newton_root_index(exponents[b]), rs,
+      results[b] = Impl::newton_root(space, ws, L, X, b, Impl::newton_root_index(exponents[b]), rs,
                                      options.newton_max_iterations, options.newton_tolerance);
       // The input is finite (classify() set non-finite factors apart): a non-finite iterate means
       // the iteration diverged, which a rank-deficient or ill-conditioned factor does once its
@@ -735,7 +803,7 @@ std::vector<RootInfo> batched_inverse_root(const LView& L, const XView& X, const
     for (int b : general) results[b].newton_fell_back = true;
   }
   if (!general.empty()) {
-    const auto out = Impl::eigen_roots<T>(space, L, X, a, general, rs, use_lapack, options.jacobi);
+    const auto out = Impl::eigen_roots<T>(space, ws, L, X, a, general, rs, use_lapack, options.jacobi);
     std::vector<int> retry;
     for (std::size_t g = 0; g < general.size(); ++g) {
       RootInfo& r   = results[general[g]];
@@ -752,7 +820,7 @@ std::vector<RootInfo> batched_inverse_root(const LView& L, const XView& X, const
       }
     }
     if (!retry.empty()) {
-      const auto out2 = Impl::eigen_roots<double>(space, L, X, a, retry, rs, use_lapack, options.jacobi);
+      const auto out2 = Impl::eigen_roots<double>(space, ws, L, X, a, retry, rs, use_lapack, options.jacobi);
       for (std::size_t g = 0; g < retry.size(); ++g) {
         RootInfo& r         = results[retry[g]];
         r.retried_in_double = true;
@@ -769,8 +837,9 @@ std::vector<RootInfo> batched_inverse_root(const LView& L, const XView& X, const
 
 template <class LView, class XView>
 std::vector<RootInfo> batched_inverse_root(const LView& L, const XView& X, double exponent,
-                                           const InverseRootOptions& options = {}) {
-  return batched_inverse_root(L, X, std::vector<double>(L.extent(0), exponent), options);
+                                           const InverseRootOptions& options                      = {},
+                                           RootWorkspace<typename LView::memory_space>* workspace = nullptr) {
+  return batched_inverse_root(L, X, std::vector<double>(L.extent(0), exponent), options, workspace);
 }
 
 // One factor: X = (L + eps I)^(-exponent), L and X rank-2 (n x n, any layout, same memory

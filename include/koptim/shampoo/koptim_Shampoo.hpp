@@ -11,7 +11,7 @@
 #define KOPTIM_SHAMPOO_SHAMPOO_HPP
 
 #include <koptim/core/koptim_Optimizer.hpp>
-#include <koptim/linalg/koptim_MatrixRoot.hpp>
+#include <koptim/linalg/koptim_RootOptions.hpp>
 #include <koptim/shampoo/koptim_Blocking.hpp>
 
 #include <array>
@@ -39,12 +39,11 @@ enum class CommunicationDType { float32, bfloat16 };
 // communication precision rounded up to 64, or the sum of the cubes of its dimensions.
 enum class DistributedCostModel { bytes, cubic };
 
+// The names a parameter list uses ("decoupled", "Adam", "bfloat16", ...).
 const char* to_string(WeightDecayType t);
 const char* to_string(Grafting g);
-
-// Longest-processing-time scheduling: items sorted by cost (stable, largest first), each given to
-// the least-loaded rank (ties: the lowest rank). Returns the rank of every item.
-std::vector<int> assign_blocks(const std::vector<double>& costs, int num_ranks);
+const char* to_string(CommunicationDType t);
+const char* to_string(DistributedCostModel m);
 
 struct ShampooOptions {
   std::array<double, 2> betas = {0.9, 1.0};

@@ -7,7 +7,7 @@
 #define KOPTIM_COMM_IMPL_TYPEDCOMMUNICATOR_HPP
 
 #include <koptim/comm/koptim_Communicator.hpp>
-#include <koptim/core/koptim_Profiling.hpp>
+#include <koptim/core/impl/koptim_Profiling.hpp>
 
 #include <cstddef>
 #include <sstream>

@@ -1,8 +1,8 @@
 // A Kokkos profiling region that lives as long as a scope. Every public koptim entry point
 // opens one named after itself ("koptim::AdamW::step"), so Kokkos Tools users see where koptim
 // spends its time.
-#ifndef KOPTIM_CORE_PROFILING_HPP
-#define KOPTIM_CORE_PROFILING_HPP
+#ifndef KOPTIM_CORE_IMPL_PROFILING_HPP
+#define KOPTIM_CORE_IMPL_PROFILING_HPP
 
 #include <koptim/core/koptim_Kokkos.hpp>
 #include <string>

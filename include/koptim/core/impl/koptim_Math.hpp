@@ -4,8 +4,8 @@
 // koptim code calls these wrappers so the same kernels compile against both, on host and
 // device. is_finite() uses only quiet comparisons, so it never raises FE_INVALID even when
 // floating-point traps are enabled (the unit tests enable them).
-#ifndef KOPTIM_CORE_MATH_HPP
-#define KOPTIM_CORE_MATH_HPP
+#ifndef KOPTIM_CORE_IMPL_MATH_HPP
+#define KOPTIM_CORE_IMPL_MATH_HPP
 
 #include <koptim/core/koptim_Kokkos.hpp>
 

@@ -6,8 +6,8 @@
 // runs the body over chunks of host_chunk elements, each on a local copy of the closure whose
 // members the compiler keeps in registers; on GPU backends a chunk is one element, as a plain
 // parallel_for.
-#ifndef KOPTIM_CORE_ELEMENTWISE_HPP
-#define KOPTIM_CORE_ELEMENTWISE_HPP
+#ifndef KOPTIM_CORE_IMPL_ELEMENTWISE_HPP
+#define KOPTIM_CORE_IMPL_ELEMENTWISE_HPP
 
 #include <koptim/core/koptim_Kokkos.hpp>
 #include <koptim/core/koptim_Tensor.hpp>

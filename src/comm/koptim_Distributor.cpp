@@ -1,0 +1,127 @@
+#include "koptim_Distributor.hpp"
+
+#include <koptim/comm/koptim_BF16.hpp>
+#include <koptim/core/koptim_Error.hpp>
+
+#include <algorithm>
+#include <numeric>
+
+namespace koptim {
+namespace Impl {
+
+std::vector<int> assign_blocks(const std::vector<double>& costs, int num_ranks) {
+  if (num_ranks < 1)
+    throw ConfigError("koptim::Impl::assign_blocks: num_ranks = " + std::to_string(num_ranks) + " < 1");
+  std::vector<std::size_t> order(costs.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return costs[a] > costs[b]; });
+  std::vector<double> load(num_ranks, 0.0);
+  std::vector<int> owner(costs.size(), 0);
+  for (std::size_t i : order) {
+    const int r = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());  // first minimum
+    owner[i]    = r;
+    load[r] += costs[i];
+  }
+  return owner;
+}
+
+template <class T>
+Distributor<T>::Distributor(const std::string& label, const std::vector<std::int64_t>& sizes,
+                            const std::vector<int>& owners, int rank, int num_ranks, Wire wire)
+    : sizes_(sizes), positions_(sizes.size(), 0), owners_(owners), rank_(rank), num_ranks_(num_ranks), wire_(wire) {
+  if (num_ranks < 1 || rank < 0 || rank >= num_ranks || owners.size() != sizes.size()) {
+    throw Error("koptim::Impl::Distributor '" + label + "': rank " + std::to_string(rank) + " of " +
+                std::to_string(num_ranks) + ", " + std::to_string(sizes.size()) + " sizes and " +
+                std::to_string(owners.size()) + " owners (internal error)");
+  }
+  std::vector<std::int64_t> fill(static_cast<std::size_t>(num_ranks), 0);
+  for (std::size_t p = 0; p < sizes.size(); ++p) {
+    if (owners[p] < 0 || owners[p] >= num_ranks || sizes[p] < 0)
+      throw Error("koptim::Impl::Distributor '" + label + "': piece " + std::to_string(p) + " (internal error)");
+    positions_[p] = fill[static_cast<std::size_t>(owners[p])];
+    fill[static_cast<std::size_t>(owners[p])] += sizes[p];
+  }
+  segment_ = *std::max_element(fill.begin(), fill.end());
+  for (std::size_t p = 0; p < sizes.size(); ++p) positions_[p] += static_cast<std::int64_t>(owners[p]) * segment_;
+  // Zero-filled: the padding of a short segment travels too and must not be uninitialised.
+  gathered_ = Buffer(label + " (gathered)", static_cast<std::size_t>(segment_) * static_cast<std::size_t>(num_ranks));
+  if (wire == Wire::bfloat16) {
+    wire_buffer_ = Kokkos::View<std::uint16_t*, MemorySpace>(label + " (gathered, bfloat16)", gathered_.extent(0));
+  }
+}
+
+template <class T>
+void Distributor<T>::pack(std::size_t p, const Kokkos::View<const T*, MemorySpace>& src) const {
+  const auto dst = piece(p);
+  Kokkos::parallel_for(
+      "koptim::Distributor::pack", Kokkos::RangePolicy<ExecutionSpace>(0, sizes_[p]),
+      KOKKOS_LAMBDA(const std::int64_t e) { dst(e) = src(e); });
+}
+
+template <class T>
+void Distributor<T>::unpack(std::size_t p, const Kokkos::View<T*, MemorySpace>& dst) const {
+  const auto src = piece(p);
+  Kokkos::parallel_for(
+      "koptim::Distributor::unpack", Kokkos::RangePolicy<ExecutionSpace>(0, sizes_[p]),
+      KOKKOS_LAMBDA(const std::int64_t e) { dst(e) = src(e); });
+}
+
+template <class T>
+void Distributor<T>::exchange(const comm::Communicator* comm) const {
+  if (segment_ == 0) return;
+  const bool many = comm != nullptr && num_ranks_ > 1;
+  const auto mine = std::make_pair(static_cast<std::int64_t>(rank_) * segment_, (rank_ + 1) * segment_);
+  if (wire_ == Wire::native) {
+    if (many) comm->all_gather(Kokkos::View<const T*, MemorySpace>(Kokkos::subview(gathered_, mine)), gathered_);
+    return;
+  }
+  const auto values        = gathered_;
+  const auto half          = wire_buffer_;
+  const std::int64_t first = mine.first;
+  Kokkos::parallel_for(
+      "koptim::Distributor::to_bf16", Kokkos::RangePolicy<ExecutionSpace>(0, segment_),
+      KOKKOS_LAMBDA(const std::int64_t i) { half(first + i) = comm::to_bf16(static_cast<float>(values(first + i))); });
+  if (many) comm->all_gather(Kokkos::View<const std::uint16_t*, MemorySpace>(Kokkos::subview(half, mine)), half);
+  Kokkos::parallel_for(
+      "koptim::Distributor::from_bf16", Kokkos::RangePolicy<ExecutionSpace>(0, half.extent(0)),
+      KOKKOS_LAMBDA(const std::int64_t i) { values(i) = static_cast<T>(comm::from_bf16(half(i))); });
+}
+
+namespace {
+std::vector<std::int64_t> sizes_of(const std::vector<ParameterPart>& parts) {
+  std::vector<std::int64_t> out;
+  for (const auto& p : parts) out.push_back(p.size);
+  return out;
+}
+std::vector<int> owners_of(const std::vector<ParameterPart>& parts) {
+  std::vector<int> out;
+  for (const auto& p : parts) out.push_back(p.owner);
+  return out;
+}
+}  // namespace
+
+template <class T>
+ParameterSharing<T>::ParameterSharing(const std::string& label, std::vector<Part> parts, int rank, int num_ranks)
+    : parts_(std::move(parts)), plan_(label, sizes_of(parts_), owners_of(parts_), rank, num_ranks) {}
+
+template <class T>
+void ParameterSharing<T>::share(const ParameterSet& ps, const comm::Communicator* comm) const {
+  if (comm == nullptr) return;
+  auto part_of = [&](std::size_t k) {
+    const auto& p = parts_[k];
+    return Kokkos::subview(ps[p.param].param.template flat<T>(), std::make_pair(p.offset, p.offset + p.size));
+  };
+  for (std::size_t k = 0; k < parts_.size(); ++k)
+    if (plan_.mine(k)) plan_.pack(k, part_of(k));
+  plan_.exchange(comm);
+  for (std::size_t k = 0; k < parts_.size(); ++k)
+    if (!plan_.mine(k)) plan_.unpack(k, part_of(k));
+}
+
+template class Distributor<float>;
+template class Distributor<double>;
+template class ParameterSharing<float>;
+template class ParameterSharing<double>;
+
+}  // namespace Impl
+}  // namespace koptim

@@ -1,0 +1,69 @@
+// Shampoo's own keys, each declared once (see src/config/koptim_OptionKeys.hpp), in the order of
+// the printed reference. The inverse_exponent_override sublist (keys that follow a pattern) is
+// read and checked apart.
+#ifndef KOPTIM_SRC_SHAMPOO_SHAMPOOKEYS_HPP
+#define KOPTIM_SRC_SHAMPOO_SHAMPOOKEYS_HPP
+
+#include "../config/koptim_OptionKeys.hpp"
+
+#include <koptim/shampoo/koptim_Shampoo.hpp>
+
+namespace koptim {
+
+template <class O, class V, Impl::OptionsOf<O, ShampooOptions> = 0>
+void visit_keys(O& o, V& v) {
+  namespace R = Impl::ranges::shampoo;
+  v.real_pair("betas", o.betas,
+              "(b1, b2): b1 filters the gradient (0: no filtering), b2 weighs the factor matrices (1: sum).", R::beta1,
+              R::beta2);
+  v.optional_real("beta3", o.beta3, "Filter of the gradient fed to the preconditioner.", R::beta3, "beta3 = betas[0]");
+  v.real("epsilon", o.epsilon,
+         "Added to the factors before the inverse root (and the eigenvalue-corrected denominator).", R::epsilon);
+  v.real("momentum", o.momentum, "Classic momentum mu applied to the preconditioned direction.", R::momentum);
+  v.real("dampening", o.dampening, "Dampening d of the momentum.", R::dampening);
+  v.boolean("use_nesterov", o.use_nesterov, "Nesterov momentum (needs momentum > 0).");
+  v.choice("weight_decay_type", o.weight_decay_type,
+           "L2 (added to the gradient), decoupled (weight_decay W added to the direction), corrected "
+           "(weight_decay lr/lr_peak W) or independent (weight_decay/lr_peak W); lr_peak is the group's lr.");
+  v.integer("max_preconditioner_dim", o.max_preconditioner_dim,
+            "Largest side of a factor matrix: dims are merged up to it and split above it.", R::max_preconditioner_dim);
+  v.boolean("use_merge_dims", o.use_merge_dims,
+            "Merge adjacent dimensions (from the last one) while their product fits.");
+  v.integer("precondition_frequency", o.precondition_frequency, "Inverse roots are recomputed every this many steps.",
+            R::precondition_frequency);
+  v.optional_integer("start_preconditioning_step", o.start_preconditioning_step,
+                     "First step that uses the Shampoo direction (at least precondition_frequency); the grafting "
+                     "method alone before.",
+                     R::start_preconditioning_step, "precondition_frequency");
+  v.boolean("use_bias_correction", o.use_bias_correction, "Bias-correct the filtered gradient and the factors.");
+  v.choice("grafting", o.grafting, "Grafting method giving each block's step size.");
+  v.optional_real("grafting_beta2", o.grafting_beta2, "Second-moment decay of RMSProp/Adam grafting.",
+                  R::grafting_beta2, "0.99 for RMSProp, 0.999 for Adam");
+  v.real("grafting_epsilon", o.grafting_epsilon, "Epsilon of the grafting method.", R::grafting_epsilon);
+  v.boolean("eigenvalue_corrected", o.eigenvalue_corrected,
+            "Eigenvalue-corrected Shampoo (SOAP-like): Adam-style second moment in the factors' eigenbasis.");
+  v.choice("root_method", o.root_method, "Inverse roots by symmetric eigendecomposition or coupled Newton.");
+  v.choice("eigensolver", o.eigensolver,
+           "automatic (LAPACK for host memory, batched Jacobi otherwise), lapack or jacobi.");
+  v.boolean("pseudo_inverse", o.pseudo_inverse, "Pseudo-inverse roots of rank-deficient factors (needs epsilon = 0).");
+  v.real("rank_rtol", o.rank_rtol, "Pseudo-inverse: eigenvalues <= max(rank_rtol lambda_max, rank_atol) count as zero.",
+         R::rank_rtol);
+  v.real("rank_atol", o.rank_atol, "Pseudo-inverse: see rank_rtol.", R::rank_atol);
+  v.integer("num_tolerated_failed_amortized_computations", o.num_tolerated_failed_amortized_computations,
+            "Consecutive root-inverse solver failures of a block tolerated (the previous root is kept) before an "
+            "error.",
+            R::num_tolerated_failed_amortized_computations);
+  v.optional_integer("num_trainers_per_group", o.num_trainers_per_group,
+                     "Distributed: ranks per group sharing the preconditioner work; groups replicate it.",
+                     R::num_trainers_per_group, "all ranks");
+  v.choice("communication_dtype", o.communication_dtype,
+           "Distributed: precision of the update all-gather: float32 (each update in its parameter's precision; "
+           "N ranks equal 1 rank bitwise) or bfloat16.");
+  v.choice("distributed_cost_model", o.distributed_cost_model,
+           "Distributed: cost of a block when assigning blocks to ranks: bytes (of its update, rounded up to 64) or "
+           "cubic (sum of the cubes of its dimensions, as eigensolves).");
+}
+
+}  // namespace koptim
+
+#endif

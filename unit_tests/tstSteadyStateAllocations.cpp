@@ -1,0 +1,162 @@
+// No optimizer allocates memory in its steady-state steps: every buffer a step needs (state,
+// workspace, the all-gather's send and receive buffers, the bf16 staging of Shampoo's update
+// exchange, the amortized computation's workspace) is allocated once, when the optimizer is built
+// or at its first steps. Counted through the Kokkos Tools memory events, at every rank count the
+// test runs with (1 and 2 ranks), sharded or distributed where the optimizer can be.
+#include "koptim_TestData.hpp"
+#include "koptim_TestMpi.hpp"
+#include "koptim_TestTensor.hpp"
+
+#include <koptim/koptim.hpp>
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace {
+
+using koptim_test::TestTensor;
+using koptim_test::world;
+
+struct Allocation {
+  std::string label;
+  std::uint64_t bytes;
+};
+
+std::vector<Allocation>& allocations() {
+  static std::vector<Allocation> a;
+  return a;
+}
+
+void on_allocate(Kokkos::Tools::SpaceHandle, const char* label, const void*, std::uint64_t bytes) {
+  allocations().push_back({label, bytes});
+}
+
+// Counts the Kokkos allocations made while it lives.
+class AllocationCounter {
+ public:
+  AllocationCounter() {
+    allocations().clear();
+    Kokkos::Tools::Experimental::set_allocate_data_callback(on_allocate);
+  }
+  ~AllocationCounter() { Kokkos::Tools::Experimental::set_allocate_data_callback(nullptr); }
+  AllocationCounter(const AllocationCounter&)            = delete;
+  AllocationCounter& operator=(const AllocationCounter&) = delete;
+
+  static std::string report() {
+    std::string s;
+    for (const auto& a : allocations()) s += "  '" + a.label + "' (" + std::to_string(a.bytes) + " bytes)\n";
+    return s;
+  }
+};
+
+// Parameters of both scalar types: a float32 matrix larger than one Shampoo block, a 3-d
+// float32 tensor, a float64 vector and an empty tensor; the same on every rank.
+struct Model {
+  TestTensor<float> a{{150, 70}, "a"}, c{{6, 5, 4}, "c"}, z{{0}, "z"};
+  TestTensor<double> b{{333}, "b"};
+  koptim::ParameterSet params;
+  Model() {
+    const int g = params.add_group("other", {0.003, 0.01});
+    a.add_to(params, "a");
+    b.add_to(params, "b", g);
+    c.add_to(params, "c");
+    z.add_to(params, "z");
+    a.set(false, [](std::int64_t i) { return koptim_test::value(41, 0, 0, i); });
+    b.set(false, [](std::int64_t i) { return koptim_test::value(41, 1, 0, i); });
+    c.set(false, [](std::int64_t i) { return koptim_test::value(41, 2, 0, i); });
+  }
+  void gradients(int s) {
+    a.set(true, [&](std::int64_t i) { return koptim_test::value(41, 0, s, i); });
+    b.set(true, [&](std::int64_t i) { return koptim_test::value(41, 1, s, i); });
+    c.set(true, [&](std::int64_t i) { return koptim_test::value(41, 2, s, i); });
+  }
+};
+
+struct Case {
+  std::string label;
+  Teuchos::ParameterList list;
+  bool distributed;  // built with the world communicator
+};
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  auto base = [](const std::string& name) {
+    Teuchos::ParameterList l;
+    l.set("optimizer", name);
+    l.set("lr", 0.01);
+    return l;
+  };
+  for (const std::string name : {"SGD", "AdaGrad", "RMSProp", "Adam", "AdamW", "Gefen"}) {
+    for (const bool shard : {false, true}) {
+      auto l = base(name);
+      if (name == "SGD") l.set("momentum", 0.9);
+      if (name == "RMSProp") l.set("centered", true);
+      if (name == "Adam" || name == "AdamW") l.set("amsgrad", true);
+      l.set("shard_state", shard);
+      out.push_back({name + (shard ? " sharded" : ""), l, shard});
+    }
+  }
+  for (const std::string dtype : {"float32", "bfloat16"}) {
+    for (const bool corrected : {false, true}) {
+      auto l = base("Shampoo");
+      l.set("max_preconditioner_dim", 64);
+      l.set("precondition_frequency", 3);
+      l.set("start_preconditioning_step", 3);
+      l.set("momentum", 0.5);
+      l.set("communication_dtype", dtype);
+      l.set("eigenvalue_corrected", corrected);
+      out.push_back({"Shampoo, " + dtype + (corrected ? ", eigenvalue-corrected" : ""), l, true});
+      // The other root computations: the batched Jacobi solver, the coupled Newton iteration;
+      // and Adam grafting with a nonzero weight decay.
+      l.set("eigensolver", std::string("jacobi"));
+      out.push_back({"Shampoo, " + dtype + (corrected ? ", eigenvalue-corrected" : "") + ", Jacobi", l, true});
+      if (corrected) continue;
+      l.set("eigensolver", std::string("automatic"));
+      l.set("root_method", std::string("coupled_newton"));
+      l.set("grafting", std::string("Adam"));
+      l.set("weight_decay", 0.01);
+      out.push_back({"Shampoo, " + dtype + ", coupled Newton, Adam grafting", l, true});
+    }
+  }
+  return out;
+}
+
+TEST(SteadyState, NoStepAllocates) {
+  for (auto& c : cases()) {
+    SCOPED_TRACE(c.label + " on " + std::to_string(world()->size()) + " ranks");
+    Model m;
+    auto opt = c.distributed ? koptim::create(m.params, c.list, world()) : koptim::create(m.params, c.list);
+    // Warm-up: the first step (Gefen's codebook), the start of preconditioning and one amortized
+    // computation of Shampoo.
+    int s = 1;
+    for (; s <= 4; ++s) {
+      m.gradients(s);
+      opt->step();
+    }
+    const auto* shampoo             = dynamic_cast<const koptim::Shampoo*>(opt.get());
+    const std::int64_t roots_before = shampoo ? shampoo->phase_times().amortized_computations : 0;
+    AllocationCounter count;
+    // Two periods of the amortized computation (steps 5-10; roots at 6 and 9, first at 3).
+    for (; s <= 10; ++s) {
+      m.gradients(s);
+      opt->step();
+    }
+    if (shampoo) EXPECT_EQ(shampoo->phase_times().amortized_computations - roots_before, 2);
+    EXPECT_TRUE(allocations().empty()) << allocations().size() << " allocations in 6 steady-state steps:\n"
+                                       << AllocationCounter::report();
+  }
+}
+
+// The counter itself sees an allocation: the test above cannot pass by not listening.
+TEST(SteadyState, CounterSeesAllocations) {
+  AllocationCounter count;
+  Kokkos::View<float*> v("koptim_test::probe", 10);
+  ASSERT_EQ(allocations().size(), 1u);
+  EXPECT_EQ(allocations()[0].label, "koptim_test::probe");
+  EXPECT_EQ(allocations()[0].bytes, 40u);
+}
+
+}  // namespace

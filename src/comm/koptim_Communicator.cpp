@@ -62,6 +62,20 @@ class MpiCommunicator final : public koptim::Impl::TypedCommunicator<MpiCommunic
  private:
   bool direct() const { return host_accessible || mpi_is_cuda_aware(); }
 
+  // The host buffer that device data goes through when MPI cannot read device memory: kept and
+  // grown to the largest message, so that a step's collectives allocate nothing.
+  template <class T>
+  Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> staging(std::size_t n) const {
+    if (staging_.extent(0) < n * sizeof(T)) {
+      staging_ = Kokkos::View<unsigned char*, Kokkos::HostSpace>();
+      staging_ = Kokkos::View<unsigned char*, Kokkos::HostSpace>(
+          Kokkos::view_alloc(Kokkos::WithoutInitializing, "koptim::comm::staging"), n * sizeof(T));
+    }
+    return Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+        reinterpret_cast<T*>(staging_.data()), n);
+  }
+  mutable Kokkos::View<unsigned char*, Kokkos::HostSpace> staging_;
+
   // Arguments checked and agreed, data ready (TypedCommunicator::checked_reduce).
   template <class T>
   void reduce(const Kokkos::View<T*, MemorySpace>& data) const {
@@ -69,7 +83,7 @@ class MpiCommunicator final : public koptim::Impl::TypedCommunicator<MpiCommunic
     if (direct()) {
       reduce_raw(data.data(), n);
     } else {
-      Kokkos::View<T*, Kokkos::HostSpace> host("koptim::comm::all_reduce_sum staging", n);
+      const auto host = staging<T>(n);
       Kokkos::deep_copy(host, data);
       reduce_raw(host.data(), n);
       Kokkos::deep_copy(data, host);
@@ -107,9 +121,9 @@ class MpiCommunicator final : public koptim::Impl::TypedCommunicator<MpiCommunic
                               mpi_comm()),
                 "MPI_Allgather");
     } else {
-      Kokkos::View<T*, Kokkos::HostSpace> host_recv("koptim::comm::all_gather staging", p * count);
-      auto mine = Kokkos::subview(host_recv, std::make_pair(static_cast<std::size_t>(rank()) * count,
-                                                            static_cast<std::size_t>(rank() + 1) * count));
+      const auto host_recv = staging<T>(p * count);
+      auto mine            = Kokkos::subview(host_recv, std::make_pair(static_cast<std::size_t>(rank()) * count,
+                                                                       static_cast<std::size_t>(rank() + 1) * count));
       Kokkos::deep_copy(mine, send);
       check_mpi(MPI_Allgather(MPI_IN_PLACE, c, mpi_type<T>(), host_recv.data(), c, mpi_type<T>(), mpi_comm()),
                 "MPI_Allgather");

@@ -280,6 +280,52 @@ BENCHMARK(BM_KoptimInverseRootLapack)->Arg(64)->Arg(256)->Arg(1024)->Unit(benchm
 BENCHMARK(BM_LoopSsyevd_256x64)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_BatchedJacobi_256x64)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_BatchedInverseRoot_256x64)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+// Many small blocks: the transformer-shaped parameter set (layers of d_model 512, see
+// koptim_PerfModels.hpp) with max_preconditioner_dim 128, so that every matrix is cut into
+// 128 x 128 blocks (12 layers: 2304 of them, and 624 blocks of 128 of the vectors). variant 0:
+// Shampoo with RMSProp grafting (the grafting pytorch_optimizer's ScalableShampoo has closest to
+// Adam's); 1: the eigenvalue-corrected (SOAP-like) variant. Both with
+// precondition_frequency 10 and preconditioning from step 10; after 10 steps of warm-up, the
+// timed steps (a multiple of 10) include their share of the amortized computation. The peers
+// (perf_tests/peers/run_shampoo_peers.py) run the same shapes and settings.
+void BM_TransformerStep(benchmark::State& state) {
+  const int variant = static_cast<int>(state.range(0)), layers = static_cast<int>(state.range(1));
+  koptim_perf::Transformer model(layers, 512);
+  Teuchos::ParameterList list;
+  list.set("optimizer", std::string("Shampoo"));
+  list.set("lr", 1e-3);
+  list.set("max_preconditioner_dim", 128);
+  list.set("precondition_frequency", 10);
+  list.set("epsilon", 1e-8);
+  if (variant == 0) {
+    list.set("grafting", std::string("RMSProp"));
+  } else {
+    list.set("eigenvalue_corrected", true);
+    Teuchos::Array<double> betas(2, 0.95);  // as the SOAP peers' defaults
+    list.set("betas", betas);
+  }
+  auto opt = koptim::create(model.params, list);
+  for (int i = 0; i < 10; ++i) opt->step();
+  for (auto _ : state) {
+    opt->step();
+    Kokkos::fence();
+  }
+  const auto& shampoo = dynamic_cast<const koptim::Shampoo&>(*opt);
+  std::size_t blocks  = 0;
+  for (const auto& layout : shampoo.block_layouts()) blocks += layout.blocks.size();
+  state.counters["params"] = static_cast<double>(model.params.num_elements());
+  state.counters["blocks"] = static_cast<double>(blocks);
+  state.SetLabel(variant == 0 ? "Shampoo, RMSProp grafting" : "eigenvalue-corrected (SOAP-like)");
+}
+
+BENCHMARK(BM_TransformerStep)
+    ->Args({0, 12})
+    ->Args({1, 12})
+    ->Iterations(20)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+// One layer, two steps: the smoke test's.
+BENCHMARK(BM_TransformerStep)->Args({0, 1})->Args({1, 1})->Iterations(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_MlpStep)
     ->Args({0, 64})
     ->Args({1, 64})

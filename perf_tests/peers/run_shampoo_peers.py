@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""koptim's Shampoo on many small blocks beside the Shampoo and SOAP implementations on PyPI.
+
+The parameter set is koptim_perf_shampoo's transformer (koptim_PerfModels.hpp, Transformer):
+12 layers of d_model 512 (attention q, k, v, o of 512 x 512 with biases, feed-forward 2048 x 512
+and 512 x 2048 with biases, two layer norms), 37.8M float32 parameters, gradients N(0, 0.01^2)
+fixed over the steps. Every optimizer preconditions in blocks of at most 128 (2304 blocks of
+128 x 128 and 624 of 128) where it can, recomputes its roots or eigenbases every 10 steps, runs
+10 steps of warm-up, then 20 timed steps (which hold two of those computations):
+
+  koptim Shampoo         BM_TransformerStep/0: RMSProp grafting, max_preconditioner_dim 128
+  koptim SOAP-like       BM_TransformerStep/1: eigenvalue_corrected, betas (0.95, 0.95)
+  pytorch_optimizer.ScalableShampoo  block_size 128, RMSProp grafting (it has no Adam grafting),
+                         roots every 10 steps
+  heavyball.SOAP         max_precond_dim 128, split (blocks of 128), precondition_frequency 10
+  pytorch_optimizer.SOAP max_precondition_dim 128: it does not split, so the dimensions above
+                         128 (all of them here) are left unpreconditioned: less work than the
+                         others, reported for what a user gets from that setting
+
+Rounds alternate koptim's benchmark program and the peers; each figure is the median over the
+rounds. Developer-time only (torch, pytorch-optimizer, heavyball from PyPI):
+
+    python3 -m pip install torch pytorch-optimizer heavyball
+    python3 perf_tests/peers/run_shampoo_peers.py --koptim build/test/perf_tests/koptim_perf_shampoo \\
+        --threads 1 --rounds 2 --out peers_shampoo.json
+"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+LAYERS, D, BLOCK, FREQ, WARMUP, STEPS = 12, 512, 128, 10, 10, 20
+
+
+def koptim_round(binary, threads):
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
+    out = subprocess.run([binary, "--benchmark_filter=BM_TransformerStep/./12/", "--benchmark_format=json"], env=env,
+                         check=True, capture_output=True, text=True).stdout
+    data = json.loads(out)
+    rows = {}
+    for b in data["benchmarks"]:
+        variant = int(b["run_name"].split("/")[1])
+        assert b["time_unit"] == "ms"
+        rows["koptim Shampoo (RMSProp grafting)" if variant == 0 else "koptim SOAP-like (eigenvalue-corrected)"] = \
+            b["real_time"]
+    return rows, data["context"]
+
+
+def transformer(torch):
+    gen = torch.Generator().manual_seed(5)
+    shapes = []
+    for layer in range(LAYERS):
+        for _ in "qkvo":
+            shapes += [(D, D), (D,)]
+        shapes += [(4 * D, D), (4 * D,), (D, 4 * D), (D,), (D,), (D,), (D,), (D,)]
+    params = []
+    for s in shapes:
+        p = torch.nn.Parameter(0.01 * torch.randn(s, generator=gen))
+        p.grad = 0.01 * torch.randn(s, generator=gen)
+        params.append(p)
+    return params
+
+
+def peers(torch):
+    import heavyball
+    import pytorch_optimizer as po
+    from pytorch_optimizer.optimizer.utils.graft import LayerWiseGrafting
+    return {
+        "pytorch_optimizer.ScalableShampoo (block 128, RMSProp grafting)": lambda ps: po.ScalableShampoo(
+            ps, lr=1e-3, block_size=BLOCK, preconditioning_compute_steps=FREQ, start_preconditioning_step=FREQ,
+            graft_type=LayerWiseGrafting.RMSPROP, matrix_eps=1e-8),
+        "heavyball.SOAP (blocks of 128)": lambda ps: heavyball.SOAP(
+            ps, lr=1e-3, betas=(0.95, 0.95), max_precond_dim=BLOCK, split=True, precondition_frequency=FREQ),
+        "pytorch_optimizer.SOAP (max dim 128: dims above it unpreconditioned)": lambda ps: po.SOAP(
+            ps, lr=1e-3, precondition_frequency=FREQ, max_precondition_dim=BLOCK),
+    }
+
+
+def peer_round(torch, make):
+    params = transformer(torch)
+    grads = [p.grad for p in params]
+    opt = make(params)
+
+    def step():
+        # heavyball consumes the gradients (p.grad = None after its step): give them back.
+        for p, g in zip(params, grads):
+            p.grad = g
+        opt.step()
+
+    for _ in range(WARMUP):
+        step()
+    start = time.perf_counter()
+    for _ in range(STEPS):
+        step()
+    return 1e3 * (time.perf_counter() - start) / STEPS
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--koptim", required=True, help="koptim_perf_shampoo")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--out", default="peers_shampoo.json")
+    args = ap.parse_args()
+    import torch
+    torch.set_num_threads(args.threads)
+    times, context = {}, None
+    for r in range(args.rounds):
+        rows, context = koptim_round(args.koptim, args.threads)
+        for k, v in rows.items():
+            times.setdefault(k, []).append(v)
+        for name, make in peers(torch).items():
+            try:
+                times.setdefault(name, []).append(peer_round(torch, make))
+            except Exception as e:  # a peer that fails is reported, not hidden
+                times.setdefault(name, []).append(None)
+                print("%s failed: %s" % (name, e), file=sys.stderr)
+        print("round %d: %s" % (r + 1, {k: v[-1] for k, v in times.items()}), file=sys.stderr)
+    result = {
+        "machine": platform.processor() or platform.machine(), "threads": args.threads,
+        "torch": torch.__version__, "koptim_context": context,
+        "ms_per_step": {k: (statistics.median([x for x in v if x is not None]) if any(x is not None for x in v)
+                            else None) for k, v in times.items()},
+        "rounds": times,
+    }
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    fastest_koptim = min(v for k, v in result["ms_per_step"].items() if k.startswith("koptim") and v)
+    print("| optimizer | ms/step | / fastest koptim |")
+    print("|---|---:|---:|")
+    for k, v in result["ms_per_step"].items():
+        print("| %s | %s | %s |" % (k, "failed" if v is None else "%.0f" % v,
+                                   "" if v is None else "%.2f" % (v / fastest_koptim)))
+
+
+if __name__ == "__main__":
+    main()

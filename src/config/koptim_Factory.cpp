@@ -54,29 +54,14 @@ void add(ParameterList& l, const std::string& key, const T& value, const std::st
   l.set(key, value, doc, validator);
 }
 
-// An enum's key: its choices and its reading both come from the enum's one name table.
-template <class E>
-RCP<const V> enum_choice() {
-  return V::choice(Impl::enum_names<E>());
-}
-// The C++ default of an enum option, by its name.
-template <class E>
-std::string default_name(E e) {
-  return Impl::enum_name(e);
-}
-template <class E>
-E enum_key(const ParameterList& l, const std::string& key) {
-  return Impl::enum_value<E>(key, l.get<std::string>(key));
-}
-
 void add_common(ParameterList& l, double lr, double weight_decay, const std::string& decay_doc) {
   add(l, "lr", lr, "Learning rate (groups may override it).", V::real(R::lr));
   add(l, "weight_decay", weight_decay, decay_doc + " (groups may override it).", V::real(R::weight_decay));
-  add(l, "nonfinite_gradient", default_name(CommonOptions{}.nonfinite_gradient),
+  Impl::ListWriter(l).choice(
+      "nonfinite_gradient", CommonOptions{}.nonfinite_gradient,
       "What a gradient with a NaN or Inf (or, except for SGD, a value whose square overflows its type) does: error "
       "(throw, nothing changes), skip_step (skip the step, nothing changes) or unchecked (no check; fastest, a NaN "
-      "then reaches the parameters).",
-      enum_choice<NonFiniteGradient>());
+      "then reaches the parameters).");
   ParameterList& s = l.sublist("lr_schedule", false, "Learning-rate schedule: a factor on every group's lr.");
   add(s, "type", std::string("constant"),
       "constant, linear_warmup (warmup then constant), cosine, linear or step decay; warmup_steps prefixes any of "
@@ -392,11 +377,11 @@ std::unique_ptr<Optimizer> create(const ParameterSet& params, const ParameterLis
   const Entry& e        = entry(l.get<std::string>("optimizer"));
   // Read everything first; the optimizer is built only from a complete, valid set of values.
   CommonOptions c;
-  c.lr                 = l.get<double>("lr");
-  c.weight_decay       = l.get<double>("weight_decay");
-  c.nonfinite_gradient = enum_key<NonFiniteGradient>(l, "nonfinite_gradient");
-  c.lr_schedule        = schedule_from(l.sublist("lr_schedule"));
-  auto opt             = e.build(params, c, l, std::move(comm));
+  c.lr           = l.get<double>("lr");
+  c.weight_decay = l.get<double>("weight_decay");
+  Impl::ListReader(l).choice("nonfinite_gradient", c.nonfinite_gradient, "");
+  c.lr_schedule = schedule_from(l.sublist("lr_schedule"));
+  auto opt      = e.build(params, c, l, std::move(comm));
   std::ostringstream xml;
   Teuchos::writeParameterListToXmlOStream(plain_copy(l), xml);
   Impl::set_configuration(*opt, xml.str());

@@ -12,6 +12,8 @@
 // changes.
 #include <koptim/io/koptim_Checkpoint.hpp>
 
+#include "../comm/koptim_Distributor.hpp"
+
 #include <koptim/comm/koptim_Communicator.hpp>
 #include <koptim/config/koptim_Factory.hpp>
 #include <koptim/core/impl/koptim_Profiling.hpp>
@@ -485,16 +487,7 @@ struct Ranks {
   // Runs f; every rank then throws the lowest failing rank's error (or none does).
   template <class F>
   void together(F&& f) const {
-    std::exception_ptr e;
-    try {
-      f();
-    } catch (...) {
-      e = std::current_exception();
-    }
-    if (parallel())
-      comm->agree_on_exception(e);
-    else if (e)
-      std::rethrow_exception(e);
+    koptim::Impl::run_together(comm.get(), std::forward<F>(f));
   }
 };
 

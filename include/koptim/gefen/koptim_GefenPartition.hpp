@@ -132,7 +132,7 @@ inline std::int64_t cap_partition(std::int64_t p) {
 }
 
 // Variance-drop rule: prefix1 and prefix2 are the n + 1 prefix sums of y and y^2 with
-// y = g0^2 - c for any constant c (the variances do not depend on it). E(p) = sqrt(mean over
+// y = g0^2 - c for any constant c (the variances do not depend on it; c = g0[0]^2). E(p) = sqrt(mean over
 // blocks of the population variance of g0^2), for every proper divisor p of n, 1 included.
 inline PartitionScores variance_drop_scores(const double* prefix1, const double* prefix2, std::int64_t n) {
   PartitionScores s;
@@ -240,9 +240,21 @@ struct FourthPower {
   }
 };
 
-// The summed terms for element i of a View g, with the shift (the first element's value)
+// The summed terms for element i of a View g, with the shift (from the first element's value)
 // computed on the device too: the host and device prefix sums add the same numbers, and equal
-// inputs cancel exactly on any backend.
+// inputs cancel exactly on any backend, whether or not its compiler fuses multiply-adds. The
+// shifted square g^2 - g0^2 is computed as (g - g0)(g + g0): written g^2 - c, a compiler that
+// contracts (GPU compilers do by default; GCC with an FMA architecture unless told not to)
+// makes it fma(g, g, -c), which leaves the rounding error of c in every term of a constant
+// gradient, and the variance-drop rule then found structure in constant gradients.
+struct AsDouble {
+  template <class T>
+  KOKKOS_INLINE_FUNCTION double operator()(T g) const {
+    return static_cast<double>(g);
+  }
+};
+KOKKOS_INLINE_FUNCTION double shifted_square(double x, double x0) { return (x - x0) * (x + x0); }
+
 template <class View>
 struct ShiftedLogSquare {
   View g;
@@ -252,15 +264,17 @@ struct ShiftedLogSquare {
 template <class View>
 struct ShiftedSquare {
   View g;
-  double c;
-  KOKKOS_INLINE_FUNCTION double operator()(std::int64_t i) const { return Square()(g(i)) - c; }
+  double x0;  // the first element
+  KOKKOS_INLINE_FUNCTION double operator()(std::int64_t i) const {
+    return shifted_square(static_cast<double>(g(i)), x0);
+  }
 };
 template <class View>
 struct ShiftedSquareSquared {
   View g;
-  double c;
+  double x0;
   KOKKOS_INLINE_FUNCTION double operator()(std::int64_t i) const {
-    const double y = Square()(g(i)) - c;
+    const double y = shifted_square(static_cast<double>(g(i)), x0);
     return y * y;
   }
 };
@@ -297,7 +311,7 @@ void variance_prefix(const T* g0, std::int64_t n, std::vector<double>& prefix1, 
   prefix1.assign(n + 1, 0.0);
   prefix2.assign(n + 1, 0.0);
   if (n == 0) return;
-  const double c = Square()(g0[0]);
+  const double x0 = static_cast<double>(g0[0]);
   for (std::int64_t i = 0; i < n; ++i) {
     // Checked before any subtraction: inf - inf would raise FE_INVALID, which tests trap.
     if (!::koptim::Impl::is_finite(FourthPower()(g0[i]))) {
@@ -306,7 +320,7 @@ void variance_prefix(const T* g0, std::int64_t n, std::vector<double>& prefix1, 
         << " is not allowed: gradients must be finite with g0^4 finite in double";
       throw ::koptim::NonFiniteError(s.str());
     }
-    const double y = Square()(g0[i]) - c;
+    const double y = shifted_square(static_cast<double>(g0[i]), x0);
     prefix1[i + 1] = prefix1[i] + y;
     prefix2[i + 1] = prefix2[i] + y * y;
   }
@@ -366,9 +380,9 @@ typename std::enable_if<Kokkos::is_view<View>::value, std::int64_t>::type choose
   const std::int64_t n              = static_cast<std::int64_t>(g.extent(0));
   if (n == 0) return 1;
   Impl::check_finite_on_device("koptim::gefen::choose_partition_variance_drop", g, Impl::FourthPower());
-  const double c     = Impl::first_on_device(g, Impl::Square());
-  const auto prefix1 = Impl::device_prefix(n, Impl::ShiftedSquare<typename View::const_type>{g, c});
-  const auto prefix2 = Impl::device_prefix(n, Impl::ShiftedSquareSquared<typename View::const_type>{g, c});
+  const double x0    = Impl::first_on_device(g, Impl::AsDouble());
+  const auto prefix1 = Impl::device_prefix(n, Impl::ShiftedSquare<typename View::const_type>{g, x0});
+  const auto prefix2 = Impl::device_prefix(n, Impl::ShiftedSquareSquared<typename View::const_type>{g, x0});
   return Impl::select_variance_drop(Impl::variance_drop_scores(prefix1.data(), prefix2.data(), n));
 }
 

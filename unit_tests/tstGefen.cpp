@@ -465,7 +465,7 @@ TEST(Gefen, QuantizedMomentumErrorStaysBounded) {
 
 // state_bytes() is exact: per tensor n index bytes, one T per scale block and the second
 // moment (shared, factored or full), plus the codebook (256 float) and its lookup (8193 pairs of
-// uint8 for a learned codebook).
+// uint8 in 32-bit words for a learned codebook, and 256 thresholds in float and in double).
 TEST(Gefen, StateBytesAreExactAndReported) {
   TestTensor<float> a({64, 96}, "a"), b({100}, "b"), c({1, 4096}, "c");
   TestTensor<double> d({7, 11}, "d");
@@ -497,7 +497,7 @@ TEST(Gefen, StateBytesAreExactAndReported) {
   // d: double, 77 elements.
   EXPECT_EQ(infos[3].second_moment, GefenSecondMoment::full);
   EXPECT_EQ(infos[3].state_bytes, 77u + 8 + 77 * 8);
-  const std::size_t lookup = 2 * (8192 + 1);
+  const std::size_t lookup = 4 * (8192 + 1) + 256 * (4 + 8);
   std::size_t sum          = 1024 + lookup;
   for (const auto& i : infos) sum += i.state_bytes;
   EXPECT_EQ(opt->state_bytes(), sum);

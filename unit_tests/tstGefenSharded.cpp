@@ -22,7 +22,7 @@ using koptim::GefenSecondMoment;
 using koptim_test::TestTensor;
 using koptim_test::world;
 
-constexpr long long replicated = 256 * 4 + 2 * (8192 + 1);  // codebook and lookup table, on every rank
+constexpr long long replicated = 256 * 4 + 4 * (8192 + 1) + 256 * (4 + 8);  // codebook and lookup, on every rank
 
 // Per-row scales give a tensor p = its row length.
 double gradient(std::uint64_t tensor, int step, std::int64_t i, std::int64_t row_len) {

@@ -102,18 +102,48 @@ struct TensorState {
 
 // The nearest-entry lookup. For x in [-1, 1] the kernels compute y = (x + 1) bins / 2, clamped
 // to [0, bins], and read pairs[int(y)] = lo | hi << 8: lo is the nearest entry to the lowest x
-// of that bin and hi the next distinct entry above it (lo when there is none), so that one
-// comparison, in the kernel's precision and with the reference's rule (nearest, ties to the
-// lower entry, repeated entries to their first copy), gives the answer. That holds when the x
-// of a bin, widened by the rounding of y, straddle at most one midpoint between entries: `bins`
-// is the smallest power of two from 8192 for which every bin passes that check. Distinct entries
-// of a learned codebook are at least half a histogram bin (2^-12) apart, and 8192 suffices for
-// them; an imported codebook must keep its distinct entries min_codebook_gap apart, for which
-// max_lookup_bins always suffices.
+// of that bin and hi the next distinct entry above it (lo when there is none). The answer is hi
+// when c_hi - x < x - c_lo in the kernel's precision T (the reference's rule: nearest, ties to
+// the lower entry, repeated entries to their first copy); that comparison only grows from false
+// to true as x grows (both differences round monotonically), so it is x >= thresholds_T[lo], the
+// smallest T for which it holds, found here by bisection. That holds when the x of a bin,
+// widened by the rounding of y, straddle at most one midpoint between entries: `bins` is the
+// smallest power of two from 8192 for which every bin passes that check. Distinct entries of a
+// learned codebook are at least half a histogram bin (2^-12) apart, and 8192 suffices for them;
+// an imported codebook must keep its distinct entries min_codebook_gap apart, for which
+// max_lookup_bins always suffices. The pairs are 32-bit so that CPUs can gather them.
 struct Lookup {
   int bins = 0;
-  std::vector<std::uint16_t> pairs;  // bins + 1 entries
+  std::vector<std::uint32_t> pairs;  // bins + 1 entries
+  std::vector<float> thresholds_float;
+  std::vector<double> thresholds_double;
 };
+
+// The smallest T x with c_hi - x < x - c_lo in T (c_lo < c_hi): a bisection over the T between
+// them, ordered as integers.
+template <class T>
+T upper_threshold(float c_lo, float c_hi) {
+  using I        = typename std::conditional<sizeof(T) == 4, std::int32_t, std::int64_t>::type;
+  const auto key = [](T x) {
+    I i;
+    std::memcpy(&i, &x, sizeof i);
+    return i < 0 ? std::numeric_limits<I>::min() - i : i;
+  };
+  const auto real = [](I k) {
+    const I i = k < 0 ? std::numeric_limits<I>::min() - k : k;
+    T x;
+    std::memcpy(&x, &i, sizeof x);
+    return x;
+  };
+  const T a = static_cast<T>(c_lo), b = static_cast<T>(c_hi);
+  const auto upper = [&](T x) { return b - x < x - a; };
+  I below = key(a), above = key(b);  // upper(a) is false, upper(b) true
+  while (above - below > 1) {
+    const I mid                        = below + (above - below) / 2;
+    (upper(real(mid)) ? above : below) = mid;
+  }
+  return real(above);
+}
 
 // The first entry nearest to x (ties to the lower entry), in double.
 int nearest_entry_host(const std::vector<float>& c, double x) {
@@ -144,12 +174,30 @@ Lookup build_lookup(const std::vector<float>& c) {
       const int hi         = next < codebook_size ? static_cast<int>(next) : lo;
       const int top        = nearest_entry_host(c, highest);
       ok                   = top == lo || top == hi;
-      L.pairs[b]           = static_cast<std::uint16_t>(lo | hi << 8);
+      L.pairs[b]           = static_cast<std::uint32_t>(lo | hi << 8);
     }
-    if (ok) return L;
+    if (!ok) continue;
+    L.thresholds_float.assign(codebook_size, std::numeric_limits<float>::infinity());
+    L.thresholds_double.assign(codebook_size, std::numeric_limits<double>::infinity());
+    for (int k = 0; k < codebook_size; ++k) {
+      const auto next = std::upper_bound(c.begin(), c.end(), c[k]) - c.begin();
+      if (next == codebook_size) continue;  // no entry above: hi = lo
+      L.thresholds_float[k]  = upper_threshold<float>(c[k], c[next]);
+      L.thresholds_double[k] = upper_threshold<double>(c[k], c[next]);
+    }
+    return L;
   }
   throw std::invalid_argument("koptim::Gefen: codebook entries too close for the nearest-entry lookup");
 }
+
+// What the step kernels read besides the tensor's own state: the codebook and its lookup.
+template <class T>
+struct Tables {
+  const float* codebook;
+  const std::uint32_t* pairs;
+  const T* thresholds;
+  T bins;
+};
 
 // The per-block reductions of the step in one pass: the sum of g^2 (in double) and max |m|.
 template <class T>
@@ -184,7 +232,9 @@ struct Gefen::State {
   bool initialised = false;
   std::vector<float> codebook_host;
   Kokkos::View<float*, MemorySpace> codebook;
-  Kokkos::View<std::uint16_t*, MemorySpace> lookup;  // Lookup::pairs
+  Kokkos::View<std::uint32_t*, MemorySpace> lookup;  // Lookup::pairs
+  Kokkos::View<float*, MemorySpace> thresholds_float;
+  Kokkos::View<double*, MemorySpace> thresholds_double;
   int lookup_bins = 0;
   std::vector<TensorState> tensors;
   Kokkos::View<double, MemorySpace> row_sum;  // workspace of the factored step (not state)
@@ -193,17 +243,43 @@ struct Gefen::State {
     const Lookup L = build_lookup(c);
     codebook_host  = c;
     codebook       = Kokkos::View<float*, MemorySpace>("koptim::Gefen::codebook", codebook_size);
-    lookup         = Kokkos::View<std::uint16_t*, MemorySpace>("koptim::Gefen::codebook_lookup", L.pairs.size());
+    lookup         = Kokkos::View<std::uint32_t*, MemorySpace>("koptim::Gefen::codebook_lookup", L.pairs.size());
     lookup_bins    = L.bins;
     Kokkos::deep_copy(codebook, Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
                                     c.data(), codebook_size));
     Kokkos::deep_copy(lookup,
-                      Kokkos::View<const std::uint16_t*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+                      Kokkos::View<const std::uint32_t*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
                           L.pairs.data(), L.pairs.size()));
-    row_sum     = Kokkos::View<double, MemorySpace>("koptim::Gefen::row_sum");
-    initialised = true;
+    thresholds_float  = copy_to_device("koptim::Gefen::thresholds_float", L.thresholds_float);
+    thresholds_double = copy_to_device("koptim::Gefen::thresholds_double", L.thresholds_double);
+    row_sum           = Kokkos::View<double, MemorySpace>("koptim::Gefen::row_sum");
+    initialised       = true;
   }
-  std::size_t lookup_bytes() const { return lookup.size() * sizeof(std::uint16_t); }
+  std::size_t lookup_bytes() const {
+    return lookup.size() * sizeof(std::uint32_t) + thresholds_float.size() * sizeof(float) +
+           thresholds_double.size() * sizeof(double);
+  }
+  template <class T>
+  Tables<T> tables() const {
+    Tables<T> t;
+    t.codebook = codebook.data();
+    t.pairs    = lookup.data();
+    if constexpr (std::is_same<T, float>::value)
+      t.thresholds = thresholds_float.data();
+    else
+      t.thresholds = thresholds_double.data();
+    t.bins = static_cast<T>(lookup_bins);
+    return t;
+  }
+
+ private:
+  template <class T>
+  static Kokkos::View<T*, MemorySpace> copy_to_device(const std::string& label, const std::vector<T>& h) {
+    Kokkos::View<T*, MemorySpace> d(label, h.size());
+    Kokkos::deep_copy(
+        d, Kokkos::View<const T*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(h.data(), h.size()));
+    return d;
+  }
 };
 
 namespace {
@@ -249,23 +325,137 @@ struct Normaliser {
 };
 
 // The index of the codebook entry nearest to x (ties to the lower entry, repeated entries to
-// their first copy) through the lookup pairs (see Lookup): no search loop and no branch, so that
-// CPUs do not mispredict on the data. A NaN x reads a valid bin.
-template <class T, class Codebook, class Pairs>
-KOKKOS_INLINE_FUNCTION int nearest_entry(T x, const Codebook& c, const Pairs& pairs, T bins) {
-  T y                 = (x + T(1)) * (bins / T(2));
-  y                   = y > T(0) ? y : T(0);
-  y                   = y < bins ? y : bins;
-  const unsigned pair = pairs(static_cast<int>(y));
-  const int lo = static_cast<int>(pair & 255u), hi = static_cast<int>(pair >> 8);
-  const int up = (static_cast<T>(c(hi)) - x) < (x - static_cast<T>(c(lo))) ? 1 : 0;
-  return lo + up * (hi - lo);
+// their first copy) through the lookup (see Lookup): no search loop and no branch, so that CPUs
+// do not mispredict on the data and vectorize the loop (gathers). A NaN x reads a valid bin and
+// gets lo.
+template <class T>
+KOKKOS_INLINE_FUNCTION int nearest_entry(T x, const T* thresholds, const std::uint32_t* pairs, T bins) {
+  T y            = (x + T(1)) * (bins / T(2));
+  y              = y > T(0) ? y : T(0);
+  y              = y < bins ? y : bins;
+  const int pair = static_cast<int>(pairs[static_cast<int>(y)]);
+  const int lo   = pair & 255;
+  const int hi   = pair >> 8;
+  return x >= thresholds[lo] ? hi : lo;
 }
 
 using TeamPolicy = Kokkos::TeamPolicy<ExecutionSpace>;
 using Member     = TeamPolicy::member_type;
 using Codebook   = Kokkos::View<float*, MemorySpace>;
-using Pairs      = Kokkos::View<std::uint16_t*, MemorySpace>;
+
+// Host backends run a block's elements as plain loops over raw pointers (two passes: the
+// block's reductions, then the update), which the compiler vectorizes; device backends spread
+// them over a team. Both compute every value with the same operations in the same order: the
+// sum of g^2 in reduction_lanes partial sums (element k of the block to lane k % lanes, the lanes
+// added in order) and the largest |m|, an exact maximum in any order.
+constexpr bool host_kernels = std::is_same<ExecutionSpace, Kokkos::DefaultHostExecutionSpace>::value;
+// A host block keeps the first host_kept new momenta of its first pass for its second.
+constexpr std::int64_t host_kept = 1024;
+
+// The largest |m| as the largest magnitude bits (an integer maximum, which vectorizes; a
+// floating maximum does not without -ffast-math): equal, for values that are not NaN, to the
+// team reduction's maximum of |m|, which NaN never wins (its comparison is false); here NaN's
+// bits are replaced by 0.
+template <class T>
+struct MagnitudeInt;
+template <>
+struct MagnitudeInt<float> {
+  using type                     = std::int32_t;
+  static constexpr type infinity = 0x7f800000;
+};
+template <>
+struct MagnitudeInt<double> {
+  using type                     = std::int64_t;
+  static constexpr type infinity = 0x7ff0000000000000LL;
+};
+
+template <class T>
+KOKKOS_INLINE_FUNCTION typename MagnitudeInt<T>::type ordered_magnitude(T x) {
+  using I = typename MagnitudeInt<T>::type;
+  I u;
+  std::memcpy(&u, &x, sizeof u);
+  u &= std::numeric_limits<I>::max();
+  return u > MagnitudeInt<T>::infinity ? I(0) : u;
+}
+
+template <class T>
+KOKKOS_INLINE_FUNCTION T from_magnitude(typename MagnitudeInt<T>::type u) {
+  T x;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
+}
+
+// The host pass over elements [from, to) of a block: the new momenta (kept in m[k] when Keep),
+// their largest magnitude bits.
+template <bool Keep, class T>
+KOKKOS_INLINE_FUNCTION typename MagnitudeInt<T>::type host_momenta(std::int64_t from, std::int64_t to,
+                                                                   const T* KOKKOS_RESTRICT g,
+                                                                   const std::uint8_t* KOKKOS_RESTRICT idx,
+                                                                   const float* KOKKOS_RESTRICT cb, T absmax_old, T b1,
+                                                                   T one_minus_b1, T* KOKKOS_RESTRICT m) {
+  typename MagnitudeInt<T>::type top = 0;
+  for (std::int64_t k = from; k < to; ++k) {
+    const T mi = momentum(static_cast<T>(cb[idx[k]]), absmax_old, g[k], b1, one_minus_b1);
+    if (Keep) m[k] = mi;
+    const auto u = ordered_magnitude(mi);
+    top          = top < u ? u : top;
+  }
+  return top;
+}
+
+// The sum of g[k]^2 over k in [0, n), in double, as Impl::team_lane_sum adds it: element k to lane
+// k % reduction_lanes, then the lanes in order (a loop the compiler vectorizes).
+template <class T>
+KOKKOS_INLINE_FUNCTION double host_sum_of_squares(std::int64_t n, const T* KOKKOS_RESTRICT g) {
+  constexpr int W = Impl::reduction_lanes;
+  double lane[W]  = {};
+  std::int64_t k  = 0;
+  for (; k + W <= n; k += W)
+    for (int l = 0; l < W; ++l) lane[l] += static_cast<double>(g[k + l]) * static_cast<double>(g[k + l]);
+  for (int l = 0; k < n; ++k, ++l) lane[l] += static_cast<double>(g[k]) * static_cast<double>(g[k]);
+  double sum = 0.0;
+  for (int l = 0; l < W; ++l) sum += lane[l];
+  return sum;
+}
+
+// The first pass of a host block of n elements: the sum of g^2 (WithSum) and the new absmax; the
+// first host_kept momenta land in m.
+template <bool WithSum, class T>
+KOKKOS_INLINE_FUNCTION void host_scan(std::int64_t n, const T* KOKKOS_RESTRICT g,
+                                      const std::uint8_t* KOKKOS_RESTRICT idx, const float* KOKKOS_RESTRICT cb,
+                                      T absmax_old, const Scalars<T>& s, T* KOKKOS_RESTRICT m, double& sum_sq,
+                                      T& amax) {
+  if (WithSum) sum_sq = host_sum_of_squares(n, g);
+  const std::int64_t kept = n < host_kept ? n : host_kept;
+  auto top                = host_momenta<true>(0, kept, g, idx, cb, absmax_old, s.b1, s.one_minus_b1, m);
+  const auto rest         = host_momenta<false>(kept, n, g, idx, cb, absmax_old, s.b1, s.one_minus_b1, m);
+  amax                    = from_magnitude<T>(top < rest ? rest : top);
+}
+
+// The new momentum of element k of a block: kept by the first pass, or computed again.
+template <bool Kept, class T>
+KOKKOS_INLINE_FUNCTION T new_momentum(std::int64_t k, const T* KOKKOS_RESTRICT m, const T* KOKKOS_RESTRICT g,
+                                      const std::uint8_t* KOKKOS_RESTRICT idx, const float* KOKKOS_RESTRICT cb,
+                                      T absmax_old, const Scalars<T>& s) {
+  return Kept ? m[k] : momentum(static_cast<T>(cb[idx[k]]), absmax_old, g[k], s.b1, s.one_minus_b1);
+}
+
+// The second pass of a shared block over elements [from, to): requantization and the update
+// w = w decay + c_q scale.
+template <bool Kept, bool Divide, class T>
+KOKKOS_INLINE_FUNCTION void host_update_shared(std::int64_t from, std::int64_t to, const T* KOKKOS_RESTRICT g,
+                                               std::uint8_t* KOKKOS_RESTRICT idx, T* KOKKOS_RESTRICT w,
+                                               const T* KOKKOS_RESTRICT m, const Tables<T>& tb, T absmax_old,
+                                               const Normaliser<T>& normal, T scale, const Scalars<T>& s) {
+  const float* KOKKOS_RESTRICT cb = tb.codebook;
+  const T inverse = normal.inverse, absmax = normal.absmax, decay = s.decay, bins = tb.bins;
+  for (std::int64_t k = from; k < to; ++k) {
+    const T mi  = new_momentum<Kept>(k, m, g, idx, cb, absmax_old, s);
+    const int q = nearest_entry(Divide ? mi / absmax : mi * inverse, tb.thresholds, tb.pairs, bins);
+    idx[k]      = static_cast<std::uint8_t>(q);
+    w[k]        = w[k] * decay + static_cast<T>(cb[q]) * scale;
+  }
+}
 
 // The reductions of one step (koptim_Gefen.hpp, "One step") over one block of n elements from `begin`: the new
 // momentum's max |m|, and the sum of g^2 when the block shares its second moment (WithSum; otherwise it stays 0).
@@ -281,11 +471,10 @@ KOKKOS_INLINE_FUNCTION BlockScan<T> scan_block(const Member& team, std::int64_t 
   return scan;
 }
 
-// p > 1: one team per partition block (which is also the scale block): the shared second
+// p > 1: one block per partition block (which is also the scale block): the shared second
 // moment, the new absmax, then requantization and the parameter update, in one kernel.
 template <class T>
-void step_shared(const Parameter& p, TensorState& st, const Codebook& cb, const Pairs& lut, int bins,
-                 const Scalars<T>& s) {
+void step_shared(const Parameter& p, TensorState& st, const Codebook& cb, const Tables<T>& tb, const Scalars<T>& s) {
   const auto w         = p.param.flat<T>();
   const auto g         = p.grad.flat<T>();
   const auto idx       = st.idx;
@@ -293,35 +482,62 @@ void step_shared(const Parameter& p, TensorState& st, const Codebook& cb, const 
   const auto v         = st.v.view<T>();
   const std::int64_t P = st.layout.p;
   const double dp      = static_cast<double>(P);
-  const T tbins        = static_cast<T>(bins);
-  Kokkos::parallel_for(
-      "koptim::Gefen::step_shared", TeamPolicy(static_cast<int>(st.layout.scale_blocks), Kokkos::AUTO),
-      KOKKOS_LAMBDA(const Member& team) {
-        const std::int64_t b     = team.league_rank();
-        const std::int64_t begin = b * P;
-        // Read before the reduction, which every thread of the team must reach before the
-        // single write at the end: no thread reads these after they are overwritten.
-        const T old             = amax_v(b);
-        const T vb0             = v(b);
-        const BlockScan<T> scan = scan_block<true>(team, begin, P, g, idx, cb, old, s);
-        const T amax            = scan.amax.result();
-        const T vb              = vb0 * s.b2 + s.one_minus_b2 * static_cast<T>(scan.sum_sq.result() / dp);
-        const T scale           = (s.neg_step_size * amax) / Impl::rms_denominator(vb, s.bc2_sqrt, s.eps);
-        const Normaliser<T> normal(amax);
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, P), [=](const std::int64_t k) {
-          const std::int64_t i = begin + k;
-          const T mi           = momentum(static_cast<T>(cb(idx(i))), old, g(i), s.b1, s.one_minus_b1);
-          const int q          = nearest_entry(normal(mi), cb, lut, tbins);
-          idx(i)               = static_cast<std::uint8_t>(q);
-          w(i)                 = w(i) * s.decay + static_cast<T>(cb(q)) * scale;
-        });
-        Kokkos::single(Kokkos::PerTeam(team), [&]() {
-          v(b)      = vb;
+  if constexpr (host_kernels) {
+    Kokkos::parallel_for(
+        "koptim::Gefen::step_shared", Kokkos::RangePolicy<ExecutionSpace>(0, st.layout.scale_blocks),
+        KOKKOS_LAMBDA(const std::int64_t b) {
+          const std::int64_t begin = b * P;
+          const T* gb              = g.data() + begin;
+          std::uint8_t* ib         = idx.data() + begin;
+          T* wb                    = w.data() + begin;
+          const T old              = amax_v(b);
+          T m[host_kept];
+          double sum_sq = 0.0;
+          T amax        = T(0);
+          host_scan<true>(P, gb, ib, tb.codebook, old, s, m, sum_sq, amax);
+          const T vb    = v(b) * s.b2 + s.one_minus_b2 * static_cast<T>(sum_sq / dp);
+          const T scale = (s.neg_step_size * amax) / Impl::rms_denominator(vb, s.bc2_sqrt, s.eps);
+          v(b)          = vb;
+          const Normaliser<T> normal(amax);
+          const std::int64_t kept = P < host_kept ? P : host_kept;
+          if (normal.divide) {
+            host_update_shared<true, true>(0, kept, gb, ib, wb, m, tb, old, normal, scale, s);
+            host_update_shared<false, true>(kept, P, gb, ib, wb, m, tb, old, normal, scale, s);
+          } else {
+            host_update_shared<true, false>(0, kept, gb, ib, wb, m, tb, old, normal, scale, s);
+            host_update_shared<false, false>(kept, P, gb, ib, wb, m, tb, old, normal, scale, s);
+          }
           amax_v(b) = amax;
         });
-      });
+  } else {
+    Kokkos::parallel_for(
+        "koptim::Gefen::step_shared", TeamPolicy(static_cast<int>(st.layout.scale_blocks), Kokkos::AUTO),
+        KOKKOS_LAMBDA(const Member& team) {
+          const std::int64_t b     = team.league_rank();
+          const std::int64_t begin = b * P;
+          // Read before the reduction, which every thread of the team must reach before the
+          // single write at the end: no thread reads these after they are overwritten.
+          const T old             = amax_v(b);
+          const T vb0             = v(b);
+          const BlockScan<T> scan = scan_block<true>(team, begin, P, g, idx, cb, old, s);
+          const T amax            = scan.amax.result();
+          const T vb              = vb0 * s.b2 + s.one_minus_b2 * static_cast<T>(scan.sum_sq.result() / dp);
+          const T scale           = (s.neg_step_size * amax) / Impl::rms_denominator(vb, s.bc2_sqrt, s.eps);
+          const Normaliser<T> normal(amax);
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, P), [=](const std::int64_t k) {
+            const std::int64_t i = begin + k;
+            const T mi           = momentum(static_cast<T>(cb(idx(i))), old, g(i), s.b1, s.one_minus_b1);
+            const int q          = nearest_entry(normal(mi), tb.thresholds, tb.pairs, tb.bins);
+            idx(i)               = static_cast<std::uint8_t>(q);
+            w(i)                 = w(i) * s.decay + static_cast<T>(cb(q)) * scale;
+          });
+          Kokkos::single(Kokkos::PerTeam(team), [&]() {
+            v(b)      = vb;
+            amax_v(b) = amax;
+          });
+        });
+  }
 }
-
 // Factored second moment: R and C from this step's gradient, and the sum of R, before the step.
 template <class T>
 void update_factors(const Parameter& p, TensorState& st, const Kokkos::View<double, MemorySpace>& row_sum,
@@ -331,17 +547,25 @@ void update_factors(const Parameter& p, TensorState& st, const Kokkos::View<doub
   const auto C            = st.col.view<T>();
   const std::int64_t rows = st.layout.rows, cols = st.layout.cols;
   const double drows = static_cast<double>(rows), dcols = static_cast<double>(cols);
-  Kokkos::parallel_for(
-      "koptim::Gefen::row_moments", TeamPolicy(static_cast<int>(rows), Kokkos::AUTO),
-      KOKKOS_LAMBDA(const Member& team) {
-        const std::int64_t r = team.league_rank();
-        const double sum     = Impl::team_lane_sum(team, cols, [&](std::int64_t j) {
-          const double x = static_cast<double>(g(r * cols + j));
-          return x * x;
+  const auto row_moment = [=] KOKKOS_FUNCTION(std::int64_t r, double sum) {
+    R(r) = R(r) * s.b2 + s.one_minus_b2 * static_cast<T>(sum / dcols);
+  };
+  if constexpr (host_kernels) {
+    Kokkos::parallel_for(
+        "koptim::Gefen::row_moments", Kokkos::RangePolicy<ExecutionSpace>(0, rows),
+        KOKKOS_LAMBDA(const std::int64_t r) { row_moment(r, host_sum_of_squares(cols, g.data() + r * cols)); });
+  } else {
+    Kokkos::parallel_for(
+        "koptim::Gefen::row_moments", TeamPolicy(static_cast<int>(rows), Kokkos::AUTO),
+        KOKKOS_LAMBDA(const Member& team) {
+          const std::int64_t r = team.league_rank();
+          const double sum     = Impl::team_lane_sum(team, cols, [&](std::int64_t j) {
+            const double x = static_cast<double>(g(r * cols + j));
+            return x * x;
+          });
+          Kokkos::single(Kokkos::PerTeam(team), [&]() { row_moment(r, sum); });
         });
-        Kokkos::single(Kokkos::PerTeam(team),
-                       [&]() { R(r) = R(r) * s.b2 + s.one_minus_b2 * static_cast<T>(sum / dcols); });
-      });
+  }
   // One 64-byte run of columns per index, walked down the rows: a column per index would read
   // one element per cache line on CPUs. Each column still sums its rows in order.
   constexpr int chunk       = 16;
@@ -365,10 +589,43 @@ void update_factors(const Parameter& p, TensorState& st, const Kokkos::View<doub
       KOKKOS_LAMBDA(const std::int64_t r, double& acc) { acc += static_cast<double>(R(r)); }, row_sum);
 }
 
-// p = 1: one team per scale group; the second moment per element (full) or from the factors
+// How a p = 1 block gets each element's second moment.
+enum class Moment { full, factored_one_row, factored };
+
+// The second pass of an unshared host block of n elements, all kept by the first pass: v per
+// element (full, updated here) or R_r C_j / mean(R) (factored), the requantization and the update.
+template <bool Divide, Moment K, class T>
+KOKKOS_INLINE_FUNCTION void host_update_unshared(std::int64_t begin, std::int64_t n, const T* KOKKOS_RESTRICT g,
+                                                 std::uint8_t* KOKKOS_RESTRICT idx, T* KOKKOS_RESTRICT w,
+                                                 T* KOKKOS_RESTRICT v, const T* KOKKOS_RESTRICT R,
+                                                 const T* KOKKOS_RESTRICT C, std::int64_t cols, double inv_mean,
+                                                 const T* KOKKOS_RESTRICT m, const Tables<T>& tb,
+                                                 const Normaliser<T>& normal, const Scalars<T>& s) {
+  const float* KOKKOS_RESTRICT cb = tb.codebook;
+  const T inverse = normal.inverse, absmax = normal.absmax, bins = tb.bins;
+  const std::int64_t row0 = K == Moment::full ? 0 : begin / cols;
+  for (std::int64_t k = 0; k < n; ++k) {
+    const std::int64_t i = begin + k;
+    const T mi           = m[k];
+    const int q          = nearest_entry(Divide ? mi / absmax : mi * inverse, tb.thresholds, tb.pairs, bins);
+    idx[i]               = static_cast<std::uint8_t>(q);
+    T vi;
+    if (K == Moment::full) {
+      vi   = Impl::ema_square(v[i], g[i], s.b2, s.one_minus_b2);
+      v[i] = vi;
+    } else {
+      const std::int64_t r = K == Moment::factored_one_row ? row0 : i / cols;
+      vi = static_cast<T>(static_cast<double>(R[r]) * static_cast<double>(C[i - r * cols]) * inv_mean);
+    }
+    w[i] = w[i] * s.decay +
+           (s.neg_step_size * (static_cast<T>(cb[q]) * absmax)) / Impl::rms_denominator(vi, s.bc2_sqrt, s.eps);
+  }
+}
+
+// p = 1: one block per scale group; the second moment per element (full) or from the factors
 // (R_r C_j / mean(R), in double).
 template <class T>
-void step_unshared(const Parameter& p, TensorState& st, const Codebook& cb, const Pairs& lut, int bins,
+void step_unshared(const Parameter& p, TensorState& st, const Codebook& cb, const Tables<T>& tb,
                    const Kokkos::View<double, MemorySpace>& row_sum, const Scalars<T>& s) {
   const bool full = st.layout.kind == GefenSecondMoment::full;
   if (!full) update_factors(p, st, row_sum, s);
@@ -382,41 +639,77 @@ void step_unshared(const Parameter& p, TensorState& st, const Codebook& cb, cons
   const std::int64_t S    = st.layout.scale_block;
   const std::int64_t cols = st.layout.cols;
   const double drows      = static_cast<double>(st.layout.rows);
-  const T tbins           = static_cast<T>(bins);
-  Kokkos::parallel_for(
-      "koptim::Gefen::step_unshared", TeamPolicy(static_cast<int>(st.layout.scale_blocks), Kokkos::AUTO),
-      KOKKOS_LAMBDA(const Member& team) {
-        const std::int64_t a     = team.league_rank();
-        const std::int64_t begin = a * S;
-        const T old              = amax_v(a);
-        const T amax             = scan_block<false>(team, begin, S, g, idx, cb, old, s).amax.result();
-        const Normaliser<T> normal(amax);
-        // R_r C_j / mean(R) = R_r C_j * inv_mean (0 while the factors are all 0).
-        const double mean_row = full ? 0.0 : row_sum() / drows;
-        const double inv_mean = mean_row > 0.0 ? 1.0 / mean_row : 0.0;
-        // The row of the block's first element; a block within one row (S divides cols, the
-        // usual case) never needs a division per element.
-        const std::int64_t row0 = full ? 0 : begin / cols;
-        const bool one_row      = !full && begin + S <= (row0 + 1) * cols;
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, S), [=](const std::int64_t k) {
-          const std::int64_t i = begin + k;
-          const T gi           = g(i);
-          const T mi           = momentum(static_cast<T>(cb(idx(i))), old, gi, s.b1, s.one_minus_b1);
-          const int q          = nearest_entry(normal(mi), cb, lut, tbins);
-          idx(i)               = static_cast<std::uint8_t>(q);
-          T vi;
-          if (full) {
-            vi   = Impl::ema_square(v(i), gi, s.b2, s.one_minus_b2);
-            v(i) = vi;
-          } else {
-            const std::int64_t r = one_row ? row0 : i / cols;
-            vi = static_cast<T>(static_cast<double>(R(r)) * static_cast<double>(C(i - r * cols)) * inv_mean);
-          }
-          w(i) = w(i) * s.decay +
-                 (s.neg_step_size * (static_cast<T>(cb(q)) * amax)) / Impl::rms_denominator(vi, s.bc2_sqrt, s.eps);
+  if constexpr (host_kernels) {
+    static_assert(max_scale_group <= host_kept, "a host block keeps all its momenta");
+    Kokkos::parallel_for(
+        "koptim::Gefen::step_unshared", Kokkos::RangePolicy<ExecutionSpace>(0, st.layout.scale_blocks),
+        KOKKOS_LAMBDA(const std::int64_t a) {
+          const std::int64_t begin = a * S;
+          const T old              = amax_v(a);
+          T m[host_kept];
+          double unused = 0.0;
+          T amax        = T(0);
+          host_scan<false>(S, g.data() + begin, idx.data() + begin, tb.codebook, old, s, m, unused, amax);
+          const Normaliser<T> normal(amax);
+          const double mean_row   = full ? 0.0 : row_sum() / drows;
+          const double inv_mean   = mean_row > 0.0 ? 1.0 / mean_row : 0.0;
+          const std::int64_t row0 = full ? 0 : begin / cols;
+          const bool one_row      = !full && begin + S <= (row0 + 1) * cols;
+          const auto run          = [&](auto divide, auto kind) {
+            host_update_unshared<decltype(divide)::value, decltype(kind)::value>(begin, S, g.data(), idx.data(),
+                                                                                 w.data(), v.data(), R.data(), C.data(),
+                                                                                 cols, inv_mean, m, tb, normal, s);
+          };
+          const auto with_kind = [&](auto divide) {
+            if (full)
+              run(divide, std::integral_constant<Moment, Moment::full>());
+            else if (one_row)
+              run(divide, std::integral_constant<Moment, Moment::factored_one_row>());
+            else
+              run(divide, std::integral_constant<Moment, Moment::factored>());
+          };
+          if (normal.divide)
+            with_kind(std::true_type());
+          else
+            with_kind(std::false_type());
+          amax_v(a) = amax;
         });
-        Kokkos::single(Kokkos::PerTeam(team), [&]() { amax_v(a) = amax; });
-      });
+  } else {
+    Kokkos::parallel_for(
+        "koptim::Gefen::step_unshared", TeamPolicy(static_cast<int>(st.layout.scale_blocks), Kokkos::AUTO),
+        KOKKOS_LAMBDA(const Member& team) {
+          const std::int64_t a     = team.league_rank();
+          const std::int64_t begin = a * S;
+          const T old              = amax_v(a);
+          const T amax             = scan_block<false>(team, begin, S, g, idx, cb, old, s).amax.result();
+          const Normaliser<T> normal(amax);
+          // R_r C_j / mean(R) = R_r C_j * inv_mean (0 while the factors are all 0).
+          const double mean_row = full ? 0.0 : row_sum() / drows;
+          const double inv_mean = mean_row > 0.0 ? 1.0 / mean_row : 0.0;
+          // The row of the block's first element; a block within one row (S divides cols, the
+          // usual case) never needs a division per element.
+          const std::int64_t row0 = full ? 0 : begin / cols;
+          const bool one_row      = !full && begin + S <= (row0 + 1) * cols;
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, S), [=](const std::int64_t k) {
+            const std::int64_t i = begin + k;
+            const T gi           = g(i);
+            const T mi           = momentum(static_cast<T>(cb(idx(i))), old, gi, s.b1, s.one_minus_b1);
+            const int q          = nearest_entry(normal(mi), tb.thresholds, tb.pairs, tb.bins);
+            idx(i)               = static_cast<std::uint8_t>(q);
+            T vi;
+            if (full) {
+              vi   = Impl::ema_square(v(i), gi, s.b2, s.one_minus_b2);
+              v(i) = vi;
+            } else {
+              const std::int64_t r = one_row ? row0 : i / cols;
+              vi = static_cast<T>(static_cast<double>(R(r)) * static_cast<double>(C(i - r * cols)) * inv_mean);
+            }
+            w(i) = w(i) * s.decay +
+                   (s.neg_step_size * (static_cast<T>(cb(q)) * amax)) / Impl::rms_denominator(vi, s.bc2_sqrt, s.eps);
+          });
+          Kokkos::single(Kokkos::PerTeam(team), [&]() { amax_v(a) = amax; });
+        });
+  }
 }
 
 // Values of a state tensor as doubles (for validation).
@@ -662,9 +955,9 @@ void Gefen::update(std::int64_t t, const std::vector<double>& lrs) {
         using T            = decltype(zero);
         const auto scalars = make_scalars<T>(options_, t, lrs[p.group], weight_decay(p.group));
         if (ts.layout.kind == GefenSecondMoment::shared) {
-          step_shared<T>(p, ts, st.codebook, st.lookup, st.lookup_bins, scalars);
+          step_shared<T>(p, ts, st.codebook, st.tables<T>(), scalars);
         } else {
-          step_unshared<T>(p, ts, st.codebook, st.lookup, st.lookup_bins, st.row_sum, scalars);
+          step_unshared<T>(p, ts, st.codebook, st.tables<T>(), st.row_sum, scalars);
         }
       });
     }

@@ -2,11 +2,15 @@
 // parameters, beside a plain fused C++ loop of the same update compiled here with the same
 // flags. Counter ns_per_param = wall time of one step / parameters. "checked" is the default
 // nonfinite_gradient = error (one extra read of the gradients); "unchecked" skips that check.
+// BM_ReadOnce is the floor of that check: one plain read of n floats (the largest magnitude
+// bits, as the check computes them), at the bandwidth of wherever the gradients live.
 #include <koptim/koptim.hpp>
 
 #include <benchmark/benchmark.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <vector>
 
 namespace {
@@ -91,6 +95,26 @@ void BM_PlainLoop(benchmark::State& state) {
   state.SetLabel(std::string(names[method]) + " plain loop");
 }
 
+// One read of n floats: the largest magnitude bits (a vectorized integer maximum).
+void BM_ReadOnce(benchmark::State& state) {
+  const std::int64_t n = state.range(0);
+  std::vector<float> g(n, 0.01f);
+  const float* __restrict G = g.data();
+  for (auto _ : state) {
+    std::uint32_t top = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      std::uint32_t u;
+      std::memcpy(&u, &G[i], sizeof u);
+      u &= 0x7fffffffu;
+      top = top < u ? u : top;
+    }
+    benchmark::DoNotOptimize(top);
+  }
+  set_counters(state, n);
+  state.counters["GB_per_s"] =
+      benchmark::Counter(static_cast<double>(n) * sizeof(float) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
 void sizes(benchmark::internal::Benchmark* b, bool with_check) {
   for (int m : {sgd, adagrad, adamw})
     for (std::int64_t n : {std::int64_t(1) << 10, std::int64_t(1) << 20, std::int64_t(1) << 24}) {
@@ -108,5 +132,11 @@ void sizes(benchmark::internal::Benchmark* b, bool with_check) {
 
 BENCHMARK(BM_KoptimStep)->Apply([](benchmark::internal::Benchmark* b) { sizes(b, true); });
 BENCHMARK(BM_PlainLoop)->Apply([](benchmark::internal::Benchmark* b) { sizes(b, false); });
+BENCHMARK(BM_ReadOnce)
+    ->ArgName("n")
+    ->Arg(std::int64_t(1) << 20)
+    ->Arg(std::int64_t(1) << 24)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace

@@ -9,12 +9,19 @@
 //                     row x column scales times noise; embedding rows mostly untouched).
 //   BM_CodebookDP:    the exact codebook DP for M = 4096 histogram bins, K = 256, and the whole
 //                     histogram-to-codebook rule.
+//   BM_TableLookup:   the floor of a step's table loads: one load per element from a 256-float
+//                     table by a uint8 index (as Gefen dequantizes), in 1024-element blocks, over
+//                     n = 16M indices, compiled as the library is (gathers where the flags allow).
+//                     A Gefen step makes four such loads per element (codebook, lookup pair,
+//                     threshold, codebook again).
 #include <koptim/koptim.hpp>
 #include <koptim/gefen/koptim_GefenCodebook.hpp>
 
 #include <benchmark/benchmark.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -183,6 +190,34 @@ void BM_CodebookDP(benchmark::State& state) {
   state.SetLabel(state.range(0) == 0 ? "optimal_codebook M=4096 K=256" : "codebook_from_histogram (4096 bins)");
 }
 
+// max over k of the bits of table[idx[k]]: an integer maximum, which vectorizes, so the loop
+// is the loads and nothing else.
+std::uint32_t lookup_block(std::int64_t n, const std::uint8_t* __restrict idx, const float* __restrict table) {
+  std::uint32_t top = 0;
+  for (std::int64_t k = 0; k < n; ++k) {
+    std::uint32_t u;
+    std::memcpy(&u, &table[idx[k]], sizeof u);
+    top = top < u ? u : top;
+  }
+  return top;
+}
+
+void BM_TableLookup(benchmark::State& state) {
+  const std::int64_t n = state.range(0), block = 1024;
+  std::vector<std::uint8_t> idx(n);
+  std::vector<float> table(256);
+  std::mt19937_64 rng(3);
+  for (auto& i : idx) i = static_cast<std::uint8_t>(rng() & 255u);
+  for (int k = 0; k < 256; ++k) table[k] = static_cast<float>(k) / 255.0f;
+  for (auto _ : state) {
+    std::uint32_t top = 0;
+    for (std::int64_t b = 0; b < n; b += block) top |= lookup_block(block, idx.data() + b, table.data());
+    benchmark::DoNotOptimize(top);
+  }
+  state.counters["ns_per_element"] = benchmark::Counter(
+      static_cast<double>(n) * 1e-9, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+
 }  // namespace
 
 BENCHMARK(BM_Step)
@@ -192,3 +227,4 @@ BENCHMARK(BM_Step)
     ->UseRealTime();
 BENCHMARK(BM_StateBytes)->Arg(0)->Arg(1)->ArgName("transformer")->Iterations(1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_CodebookDP)->Arg(0)->Arg(1)->ArgName("from_histogram")->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TableLookup)->Arg(std::int64_t(1) << 24)->ArgName("n")->Unit(benchmark::kMillisecond)->UseRealTime();

@@ -4,11 +4,17 @@
 // - 256 blocks of 64x64: the batched Jacobi eigensolver and batched inverse roots (Jacobi and
 //   LAPACK paths) beside a loop of ssyevd;
 // - one step() of Shampoo (precondition_frequency 1 and 100) and of AdamW on a 4-layer MLP
-//   parameter set of width 1024 (4 x (1024x1024 + 1024) parameters), with state_bytes/parameter.
+//   parameter set of width 1024 (4 x (1024x1024 + 1024) parameters), with state_bytes/parameter;
+// - BM_MlpStepBlasShare: Shampoo's preconditioned step on that MLP (frequency 100, between two
+//   root computations) beside its BLAS work alone, timed in the same benchmark: the factor
+//   updates (a syrk per factor) and the preconditioning (a GEMM per factor) of the same block
+//   shapes through the same koptim::linalg calls; counters give both, their ratio, and the step's
+//   phases per step (Shampoo::phase_times()).
 #include "koptim_PerfModels.hpp"
 
 #include <koptim/koptim.hpp>
 #include <koptim/linalg/koptim_Eigensolver.hpp>
+#include <koptim/linalg/koptim_Gemm.hpp>
 #include <koptim/linalg/koptim_MatrixRoot.hpp>
 
 #include <KokkosBlas3_gemm.hpp>
@@ -211,6 +217,63 @@ void BM_MlpStep(benchmark::State& state) {
   state.SetLabel(method == 0 ? "AdamW" : method == 1 ? "Shampoo f=1" : "Shampoo f=100");
 }
 
+// The width-1024 MLP under Shampoo (frequency 100, Adam grafting; the default
+// max_preconditioner_dim 1024 makes each weight one block of 1024 x 1024 with two factors and
+// each bias one block of 1024 with one): the step between two root computations, and its BLAS
+// work alone, per step: per factor L <- b2 L + w G_(j) G_(j)^T (gram_of_unfolding: syrk and the
+// mirror of its triangle) and one mode product by the factor's root (mode_product: GEMM).
+void BM_MlpStepBlasShare(benchmark::State& state) {
+  const std::int64_t width = 1024;
+  koptim_perf::Mlp mlp(static_cast<int>(width));
+  auto opt = koptim::create(mlp.params, mlp_config(2));
+  for (int i = 0; i < 101; ++i) opt->step();  // roots at step 100; the timed steps precondition
+  const auto& shampoo       = dynamic_cast<const koptim::Shampoo&>(*opt);
+  const double amortized_ms = 1e3 * shampoo.phase_times().amortized_computation /
+                              std::max<std::int64_t>(1, shampoo.phase_times().amortized_computations);
+  const auto before = shampoo.phase_times();
+  Kokkos::Timer timer;
+  std::int64_t steps = 0;
+  for (auto _ : state) {
+    opt->step();
+    Kokkos::fence();
+    ++steps;
+  }
+  const double step_ms = 1e3 * timer.seconds() / static_cast<double>(steps);
+  const auto after     = shampoo.phase_times();
+  // The same BLAS calls on buffers of the same shapes.
+  Kokkos::View<float*> G("G", width * width), L("L", width * width), X("X", width * width), Y("Y", width * width),
+      Z("Z", width * width);
+  Kokkos::deep_copy(G, 0.01f);
+  Kokkos::deep_copy(X, 0.001f);
+  const std::vector<std::int64_t> matrix{width, width}, vector{width};
+  auto blas_step = [&]() {
+    for (int l = 0; l < 4; ++l) {
+      for (int j = 0; j < 2; ++j)
+        koptim::linalg::gram_of_unfolding<float>(G.data(), matrix, j, 0.001f, 0.999f, L.data());
+      koptim::linalg::gram_of_unfolding<float>(G.data(), vector, 0, 0.001f, 0.999f, L.data());
+      koptim::linalg::mode_product<float>(G.data(), matrix, 0, X.data(), 'T', Y.data());
+      koptim::linalg::mode_product<float>(Y.data(), matrix, 1, X.data(), 'T', Z.data());
+      koptim::linalg::mode_product<float>(G.data(), vector, 0, X.data(), 'T', Y.data());
+    }
+    Kokkos::fence();
+  };
+  blas_step();
+  const int reps = 10;
+  timer.reset();
+  for (int r = 0; r < reps; ++r) blas_step();
+  const double blas_ms                 = 1e3 * timer.seconds() / reps;
+  const double n                       = static_cast<double>(steps);
+  state.counters["step_ms"]            = step_ms;
+  state.counters["blas_ms"]            = blas_ms;
+  state.counters["step_over_blas"]     = step_ms / blas_ms;
+  state.counters["accumulate_ms"]      = 1e3 * (after.accumulate - before.accumulate) / n;
+  state.counters["compute_updates_ms"] = 1e3 * (after.compute_updates - before.compute_updates) / n;
+  state.counters["all_gather_ms"]      = 1e3 * (after.all_gather - before.all_gather) / n;
+  state.counters["write_back_ms"]      = 1e3 * (after.write_back - before.write_back) / n;
+  state.counters["root_ms_per_step"]   = amortized_ms / 100.0;
+  state.SetLabel("Shampoo f=100 step beside its BLAS work");
+}
+
 // A training step of the same MLP: forward (H <- relu(W H + b)) and backward (dW = dZ H^T,
 // db = row sums of dZ, dH = W^T dZ) through Kokkos Kernels GEMM on a batch of the given size,
 // then the optimizer step: the "step plus the model's forward/backward" of the Shampoo issue.
@@ -335,6 +398,7 @@ BENCHMARK(BM_MlpStep)
     ->Iterations(3)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_MlpStep)->Args({2, 1024})->Iterations(100)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_MlpStepBlasShare)->Iterations(20)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_MlpStep)->Args({0, 1024})->Iterations(100)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_MlpTrainingStep)
     ->Args({0, 1024})

@@ -8,7 +8,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <limits>
+#include <memory>
+#include <string>
+#include <vector>
 
 namespace {
 
@@ -103,5 +107,72 @@ void check_chunk_boundaries() {
 
 TEST(GradientCheck, ChunkBoundariesFloat) { check_chunk_boundaries<float>(); }
 TEST(GradientCheck, ChunkBoundariesDouble) { check_chunk_boundaries<double>(); }
+
+// The kernels a step launches, by name (Kokkos Tools callbacks).
+std::vector<std::string>& launches() {
+  static std::vector<std::string> names;
+  return names;
+}
+void on_launch(const char* name, std::uint32_t, std::uint64_t*) { launches().push_back(name); }
+
+// Every gradient is checked by one kernel, however many parameters there are; the check still
+// finds a refused value anywhere in a set of float and double tensors of many sizes (chunk and
+// tensor boundaries), and names the parameter.
+TEST(GradientCheck, OneKernelForAllParameters) {
+  for (int count : {1, 40}) {
+    std::vector<std::unique_ptr<TestTensor<float>>> fs;
+    std::vector<std::unique_ptr<TestTensor<double>>> ds;
+    koptim::ParameterSet params;
+    for (int k = 0; k < count; ++k) {
+      const std::int64_t n = 1 + (k * 977) % 5000;
+      if (k % 3 == 2) {
+        ds.push_back(std::make_unique<TestTensor<double>>(std::vector<std::int64_t>{n}, "d"));
+        ds.back()->add_to(params, "p" + std::to_string(k));
+      } else {
+        fs.push_back(std::make_unique<TestTensor<float>>(std::vector<std::int64_t>{n}, "f"));
+        fs.back()->add_to(params, "p" + std::to_string(k));
+      }
+    }
+    auto set_all = [&](double v) {
+      for (auto& t : fs) t->set(true, [&](std::int64_t) { return v; });
+      for (auto& t : ds) t->set(true, [&](std::int64_t) { return v; });
+    };
+    set_all(0.5);
+    auto opt = koptim_test::make_with_policy(params, "AdamW", "error");
+    opt->step();  // builds the table
+    launches().clear();
+    Kokkos::Tools::Experimental::set_begin_parallel_reduce_callback(on_launch);
+    Kokkos::Tools::Experimental::set_begin_parallel_for_callback(on_launch);
+    opt->step();
+    Kokkos::Tools::Experimental::set_begin_parallel_reduce_callback(nullptr);
+    Kokkos::Tools::Experimental::set_begin_parallel_for_callback(nullptr);
+    int checks = 0;
+    for (const auto& name : launches()) checks += name.find("check_gradient") != std::string::npos ? 1 : 0;
+    EXPECT_EQ(checks, 1) << count << " parameters";
+    // A NaN at the first, a middle and the last element of each parameter in turn.
+    for (std::size_t k = 0; k < params.size(); ++k) {
+      const std::int64_t n = params[k].grad.size;
+      for (std::int64_t at : {std::int64_t(0), n / 2, n - 1}) {
+        set_all(0.5);
+        const auto put = [&](auto& t) {
+          t.set(true, [&](std::int64_t i) { return i == at ? std::numeric_limits<double>::quiet_NaN() : 0.5; });
+        };
+        const int di = static_cast<int>(k) % 3 == 2 ? static_cast<int>(k) / 3 : -1;
+        if (di >= 0)
+          put(*ds[di]);
+        else
+          put(*fs[k - k / 3]);
+        try {
+          opt->step();
+          ADD_FAILURE() << "no error for a NaN in parameter " << k << " at " << at;
+        } catch (const koptim::NonFiniteError& e) {
+          const std::string msg = e.what();
+          EXPECT_NE(msg.find("parameter 'p" + std::to_string(k) + "'"), std::string::npos) << msg;
+          EXPECT_NE(msg.find("flat index " + std::to_string(at)), std::string::npos) << msg;
+        }
+      }
+    }
+  }
+}
 
 }  // namespace

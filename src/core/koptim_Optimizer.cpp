@@ -118,8 +118,119 @@ std::pair<std::int64_t, std::int64_t> count_nonfinite(const TensorRef& t) {
 
 }  // namespace Impl
 
+namespace Impl {
+namespace {
+// Where chunk c of the concatenated gradients lies: the gradient whose range of chunks holds it.
+struct GradientEntry {
+  const void* data;
+  std::int64_t size;
+  std::int64_t first_chunk;  // chunks of gradient_chunk elements before this gradient's
+  int is_double;
+};
+// Elements per chunk: a CPU thread's vectorized pass, a GPU team's range.
+constexpr std::int64_t gradient_chunk = 2048;
+
+template <class T, class Bits>
+KOKKOS_INLINE_FUNCTION std::int64_t count_over(const T* x, std::int64_t lo, std::int64_t hi, Bits limit) {
+  // The largest magnitude bits (an unsigned maximum: vectorizes), compared with the limit once;
+  // a chunk over it is counted element by element.
+  Bits m = 0;
+  for (std::int64_t i = lo; i < hi; ++i) {
+    const Bits b = magnitude_bits(x[i]);
+    m            = b > m ? b : m;
+  }
+  std::int64_t n = 0;
+  if (m > limit)
+    for (std::int64_t i = lo; i < hi; ++i) n += magnitude_bits(x[i]) > limit ? 1 : 0;
+  return n;
+}
+
+// The gradient holding chunk c: the last entry whose first chunk is <= c.
+KOKKOS_INLINE_FUNCTION const GradientEntry& entry_of(const Kokkos::View<GradientEntry*, MemorySpace>& e,
+                                                     std::int64_t c) {
+  std::int64_t lo = 0, hi = static_cast<std::int64_t>(e.extent(0)) - 1;
+  while (lo < hi) {
+    const std::int64_t mid = (lo + hi + 1) / 2;
+    if (e(mid).first_chunk <= c)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return e(lo);
+}
+
+// The number of refused values over every gradient of the table: one kernel, one value back to
+// the host. (A free function: CUDA allows no device lambda in a member of a private class.)
+std::int64_t count_refused(const Kokkos::View<GradientEntry*, MemorySpace>& e, std::int64_t chunks, bool squares) {
+  const auto limit_f = magnitude_bits(squares ? largest_squarable<float>() : std::numeric_limits<float>::max());
+  const auto limit_d = magnitude_bits(squares ? largest_squarable<double>() : std::numeric_limits<double>::max());
+  std::int64_t bad   = 0;
+  if (std::is_same<ExecutionSpace::memory_space, Kokkos::HostSpace>::value) {
+    // CPUs: a chunk per iteration, one vectorized pass.
+    Kokkos::parallel_reduce(
+        "koptim::check_gradients", Kokkos::RangePolicy<ExecutionSpace>(0, chunks),
+        KOKKOS_LAMBDA(const std::int64_t c, std::int64_t& acc) {
+          const GradientEntry& g   = entry_of(e, c);
+          const std::int64_t begin = (c - g.first_chunk) * gradient_chunk;
+          const std::int64_t end   = begin + gradient_chunk < g.size ? begin + gradient_chunk : g.size;
+          acc += g.is_double ? count_over(static_cast<const double*>(g.data), begin, end, limit_d)
+                             : count_over(static_cast<const float*>(g.data), begin, end, limit_f);
+        },
+        bad);
+  } else {
+    // GPUs: a team per chunk, consecutive threads on consecutive elements.
+    using TeamPolicy = Kokkos::TeamPolicy<ExecutionSpace>;
+    Kokkos::parallel_reduce(
+        "koptim::check_gradients", TeamPolicy(static_cast<int>(chunks), Kokkos::AUTO),
+        KOKKOS_LAMBDA(const TeamPolicy::member_type& team, std::int64_t& acc) {
+          const std::int64_t c     = team.league_rank();
+          const GradientEntry& g   = entry_of(e, c);
+          const std::int64_t begin = (c - g.first_chunk) * gradient_chunk;
+          const std::int64_t end   = begin + gradient_chunk < g.size ? begin + gradient_chunk : g.size;
+          std::int64_t part        = 0;
+          Kokkos::parallel_reduce(
+              Kokkos::TeamThreadRange(team, begin, end),
+              [&](const std::int64_t i, std::int64_t& n) {
+                n += g.is_double ? (magnitude_bits(static_cast<const double*>(g.data)[i]) > limit_d ? 1 : 0)
+                                 : (magnitude_bits(static_cast<const float*>(g.data)[i]) > limit_f ? 1 : 0);
+              },
+              part);
+          Kokkos::single(Kokkos::PerTeam(team), [&]() { acc += part; });
+        },
+        bad);
+  }
+  return bad;
+}
+}  // namespace
+}  // namespace Impl
+
+struct Optimizer::GradientTable {
+  Kokkos::View<Impl::GradientEntry*, MemorySpace> entries;
+  std::int64_t chunks = 0;
+
+  explicit GradientTable(const ParameterSet& ps) {
+    std::vector<Impl::GradientEntry> h;
+    for (const auto& p : ps.parameters()) {
+      if (p.grad.size == 0) continue;
+      h.push_back({p.grad.data, p.grad.size, chunks, p.grad.dtype == ScalarType::float64 ? 1 : 0});
+      chunks += (p.grad.size + Impl::gradient_chunk - 1) / Impl::gradient_chunk;
+    }
+    entries = Kokkos::View<Impl::GradientEntry*, MemorySpace>(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, "koptim::gradient_table"), h.size());
+    Kokkos::deep_copy(
+        entries, Kokkos::View<const Impl::GradientEntry*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+                     h.data(), h.size()));
+  }
+
+  std::int64_t refused(bool squares) const { return Impl::count_refused(entries, chunks, squares); }
+};
+
 bool Optimizer::check_gradients() {
   if (common_.nonfinite_gradient == NonFiniteGradient::unchecked) return true;
+  // One kernel over all gradients; only when it refuses something, the per-parameter checks that
+  // say which parameter, how many values and the first.
+  if (!gradient_table_) gradient_table_ = std::make_shared<GradientTable>(params_);
+  if (gradient_table_->refused(refuse_squares_) == 0) return true;
   for (const auto& p : params_.parameters()) {
     const auto bad = Impl::check_gradient(p.grad, refuse_squares_);
     if (bad.refused == 0) continue;

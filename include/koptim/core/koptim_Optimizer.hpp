@@ -148,6 +148,10 @@ class Optimizer {
  private:
   // False when a gradient is refused and the step is to be skipped; throws for "error".
   bool check_gradients();
+  // Every gradient's place, for the check that reads them all in one kernel (built at the first
+  // checked step).
+  struct GradientTable;
+  std::shared_ptr<GradientTable> gradient_table_;
 
   friend void Impl::set_configuration(Optimizer& opt, std::string xml);
 

@@ -50,14 +50,18 @@ void fill_identity(const Bank<T>& X) {
       KOKKOS_LAMBDA(const std::int64_t k) { X(k / n, k % n, k % n) = T(1); });
 }
 
-// The sum over the elements e of a block of f(e, k), k the element's offset in the user's View
-// (the gather and the scatter between a parameter and its block's contiguous buffer). Runs of
+// The traversal of a block's elements with k, each element's offset in the user's View (the
+// gather and the scatter between a parameter and its block's contiguous buffer). Runs of
 // contiguous elements (BlockMap::run) take a team each, with one index computation per run;
 // other blocks (column-major parameters, whose block rows are strided) one index computation
 // per element.
+//
+// reduce_block: the sum over the elements of f(e, k), in double, into sums(slot): a reduction
+// into device memory, which the host does not wait for (each run's lanes, then the runs).
 template <class F>
-double reduce_block(const char* label, const shampoo::BlockMap& map, std::int64_t size, const F& f) {
-  double sum = 0.0;
+void reduce_block(const char* label, const shampoo::BlockMap& map, std::int64_t size, const F& f,
+                  const Kokkos::View<double*, MemorySpace>& sums, std::int64_t slot) {
+  const auto result = Kokkos::subview(sums, slot);
   if (map.run > 1) {
     using TeamPolicy       = Kokkos::TeamPolicy<ExecutionSpace>;
     const std::int64_t run = map.run;
@@ -69,13 +73,31 @@ double reduce_block(const char* label, const shampoo::BlockMap& map, std::int64_
           const double part = Impl::team_lane_sum(team, run, [&](std::int64_t i) { return f(first + i, base + i); });
           Kokkos::single(Kokkos::PerTeam(team), [&]() { acc += part; });
         },
-        sum);
+        result);
   } else {
     Kokkos::parallel_reduce(
         label, Kokkos::RangePolicy<ExecutionSpace>(0, size),
-        KOKKOS_LAMBDA(const std::int64_t e, double& acc) { acc += f(e, map(e)); }, sum);
+        KOKKOS_LAMBDA(const std::int64_t e, double& acc) { acc += f(e, map(e)); }, result);
   }
-  return sum;
+}
+
+// for_block: f(e, k) for every element.
+template <class F>
+void for_block(const char* label, const shampoo::BlockMap& map, std::int64_t size, const F& f) {
+  if (map.run > 1) {
+    using TeamPolicy       = Kokkos::TeamPolicy<ExecutionSpace>;
+    const std::int64_t run = map.run;
+    Kokkos::parallel_for(
+        label, TeamPolicy(static_cast<int>(size / run), Kokkos::AUTO),
+        KOKKOS_LAMBDA(const TeamPolicy::member_type& team) {
+          const std::int64_t first = team.league_rank() * run;
+          const std::int64_t base  = map(first);
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, run), [&](std::int64_t i) { f(first + i, base + i); });
+        });
+  } else {
+    Kokkos::parallel_for(
+        label, Kokkos::RangePolicy<ExecutionSpace>(0, size), KOKKOS_LAMBDA(const std::int64_t e) { f(e, map(e)); });
+  }
 }
 
 }  // namespace
@@ -185,6 +207,13 @@ class ShampooBlocks {
   // The lr-scaled updates of every block of type T: this rank writes its blocks' updates into
   // their pieces, one all-gather shares them.
   Impl::Distributor<T> updates_;
+  // Per owned block, written by reductions the host does not wait for: |G|^2 of this step
+  // (copied to the host once per step, for prepare()'s checks), and the grafting norms
+  // |P_g|^2, |P_s|^2 as lanes and the rescaling ratio they give, which stay on the device.
+  Kokkos::View<double*, MemorySpace> sumsq_;
+  Kokkos::View<double*, MemorySpace>::HostMirror sumsq_host_;
+  Kokkos::View<Impl::Lanes<double, Impl::Plus>*, MemorySpace> graft_norms_;
+  Kokkos::View<T*, MemorySpace> graft_ratio_;
   bool roots_ready_           = false;  // a root (or eigenbasis) has been computed: before, X = I exactly
   std::int64_t failures_kept_ = 0;
   std::int64_t step_failures_ = 0, step_fallbacks_ = 0;
@@ -255,6 +284,11 @@ ShampooBlocks<T>::ShampooBlocks(const Shampoo& owner, const ParameterSet& ps,
       const auto& f = blocks_[bi].factors[j];
       if (f.slot >= 0) banks_[f.n].owner[f.slot] = {bi, j};
     }
+  sumsq_      = Kokkos::View<double*, MemorySpace>("koptim::Shampoo::block_sumsq", blocks_.size());
+  sumsq_host_ = Kokkos::create_mirror_view(sumsq_);
+  graft_norms_ =
+      Kokkos::View<Impl::Lanes<double, Impl::Plus>*, MemorySpace>("koptim::Shampoo::graft_norms", 2 * blocks_.size());
+  graft_ratio_ = Kokkos::View<T*, MemorySpace>("koptim::Shampoo::graft_ratio", blocks_.size());
 }
 
 template <class T>
@@ -270,7 +304,8 @@ std::size_t ShampooBlocks<T>::state_bytes() const {
 // factor updates, the grafting accumulators and the filtered gradient.
 template <class T>
 std::string ShampooBlocks<T>::prepare(const std::vector<double>& wds, bool check, std::string& parameter) {
-  for (auto& b : blocks_) {
+  for (std::size_t bi = 0; bi < blocks_.size(); ++bi) {
+    auto& b              = blocks_[bi];
     const Parameter& prm = ps_[b.param];
     const auto G         = prm.grad.template flat<T>();
     const auto W         = prm.param.template flat<T>();
@@ -278,16 +313,25 @@ std::string ShampooBlocks<T>::prepare(const std::vector<double>& wds, bool check
     const bool l2    = o_.weight_decay_type == WeightDecayType::L2 && wds[prm.group] != 0.0;
     const T wd       = static_cast<T>(wds[prm.group]);
     const double nan = std::numeric_limits<double>::quiet_NaN();
-    b.sumsq          = reduce_block(
-                 "koptim::Shampoo::gather", b.map, b.size, KOKKOS_LAMBDA(const std::int64_t e, const std::int64_t k) {
-                   const T wi = W(k);
-                   w(e)       = wi;
-                   const T gi = l2 ? G(k) + wd * wi : G(k);
-                   g(e)       = gi;
-                   // A non-finite value makes the sum NaN (quiet: no FE_INVALID), which prepare()
-                   // tells apart from a finite sum of squares that overflows (Inf).
-                   return Impl::is_finite(gi) ? static_cast<double>(gi) * static_cast<double>(gi) : nan;
-                 });
+    reduce_block(
+        "koptim::Shampoo::gather", b.map, b.size,
+        KOKKOS_LAMBDA(const std::int64_t e, const std::int64_t k) {
+          const T wi = W(k);
+          w(e)       = wi;
+          const T gi = l2 ? G(k) + wd * wi : G(k);
+          g(e)       = gi;
+          // A non-finite value makes the sum NaN (quiet: no FE_INVALID), which prepare()
+          // tells apart from a finite sum of squares that overflows (Inf).
+          return Impl::is_finite(gi) ? static_cast<double>(gi) * static_cast<double>(gi) : nan;
+        },
+        sumsq_, static_cast<std::int64_t>(bi));
+  }
+  // The one wait of the gather: every block's |G|^2 to the host, for the trace rule below.
+  if (!blocks_.empty()) Kokkos::deep_copy(sumsq_host_, sumsq_);
+  for (std::size_t bi = 0; bi < blocks_.size(); ++bi) {
+    auto& b              = blocks_[bi];
+    const Parameter& prm = ps_[b.param];
+    b.sumsq              = sumsq_host_(bi);
     if (!check) continue;  // nonfinite_gradient = unchecked: the gradient is used as it is
     const double sumsq = b.sumsq;
     const double trace = next_trace(b);
@@ -522,7 +566,8 @@ template <class T>
 void ShampooBlocks<T>::apply(std::int64_t t, const std::vector<double>& lrs, const std::vector<double>& base_lrs,
                              const std::vector<double>& wds) {
   const bool started = t >= start_;
-  for (auto& b : blocks_) {
+  for (std::size_t bi = 0; bi < blocks_.size(); ++bi) {
+    auto& b              = blocks_[bi];
     const Parameter& prm = ps_[b.param];
     const auto mhat = b.mhat, p = b.p, q = b.q, w = b.w;
     // Grafting direction P_g into q.
@@ -557,17 +602,26 @@ void ShampooBlocks<T>::apply(std::int64_t t, const std::vector<double>& lrs, con
       }
       dir = p;
       if (graft) {
-        // Per-block norm rescaling: P = P_s |P_g| / (|P_s| + 1e-16).
-        // Squared norms summed in double.
-        const double ng = Impl::lane_sum(
+        // Per-block norm rescaling: P = P_s |P_g| / (|P_s| + 1e-16). Squared norms summed in
+        // double, lane-parallel, into device memory; the ratio formed there: no wait.
+        const auto norms        = graft_norms_;
+        const auto ratio        = Kokkos::subview(graft_ratio_, bi);
+        const std::int64_t slot = static_cast<std::int64_t>(2 * bi);
+        Impl::lane_sum_into(
             "koptim::Shampoo::graft_norm", b.size,
-            KOKKOS_LAMBDA(const std::int64_t e) { return static_cast<double>(q(e)) * static_cast<double>(q(e)); });
-        const double ns = Impl::lane_sum(
+            KOKKOS_LAMBDA(const std::int64_t e) { return static_cast<double>(q(e)) * static_cast<double>(q(e)); },
+            Kokkos::subview(norms, slot));
+        Impl::lane_sum_into(
             "koptim::Shampoo::shampoo_norm", b.size,
-            KOKKOS_LAMBDA(const std::int64_t e) { return static_cast<double>(p(e)) * static_cast<double>(p(e)); });
-        const T ratio = static_cast<T>(std::sqrt(ng) / (std::sqrt(ns) + 1e-16));
+            KOKKOS_LAMBDA(const std::int64_t e) { return static_cast<double>(p(e)) * static_cast<double>(p(e)); },
+            Kokkos::subview(norms, slot + 1));
+        Kokkos::parallel_for(
+            "koptim::Shampoo::graft_ratio", Kokkos::RangePolicy<ExecutionSpace>(0, 1), KOKKOS_LAMBDA(const int) {
+              const double ng = norms(slot).result(), ns = norms(slot + 1).result();
+              ratio() = static_cast<T>(Impl::sqrt(ng) / (Impl::sqrt(ns) + 1e-16));
+            });
         Impl::for_each_element(
-            "koptim::Shampoo::graft_rescale", b.size, KOKKOS_LAMBDA(const std::int64_t e) { p(e) = p(e) * ratio; });
+            "koptim::Shampoo::graft_rescale", b.size, KOKKOS_LAMBDA(const std::int64_t e) { p(e) = p(e) * ratio(); });
       }
     }
     // Weight decay, momentum, update U = lr P (docs/shampoo.md step 4) and W -= U (step 5).
@@ -617,13 +671,9 @@ void ShampooBlocks<T>::write_back() {
     const auto& pl = placements_[k];
     const auto W   = ps_[pl.param].param.template flat<T>();
     const auto U   = updates_.piece(k);
-    // A sum of zeros: the scatter shares the gather's traversal.
-    reduce_block(
+    for_block(
         "koptim::Shampoo::write_back", pl.map, updates_.size(k),
-        KOKKOS_LAMBDA(const std::int64_t e, const std::int64_t k) {
-          W(k) -= U(e);
-          return 0.0;
-        });
+        KOKKOS_LAMBDA(const std::int64_t e, const std::int64_t k) { W(k) -= U(e); });
   }
 }
 

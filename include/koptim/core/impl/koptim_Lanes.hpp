@@ -95,12 +95,12 @@ KOKKOS_INLINE_FUNCTION double team_lane_sum(const Member& team, std::int64_t n, 
   return sum.result();
 }
 
-// The sum over i in [0, n) of f(i), in double, as one kernel over the default execution space
-// (chunks of reduction_lanes elements per iteration).
-template <class F>
-double lane_sum(const char* label, std::int64_t n, const F& f) {
+// The lanes of the sum over i in [0, n) of f(i), in double, as one kernel over the default
+// execution space (chunks of reduction_lanes elements per iteration), into `result`: a View the
+// host does not wait for when it is in device memory, or a Lanes value.
+template <class F, class Result>
+void lane_sum_into(const char* label, std::int64_t n, const F& f, Result&& result) {
   constexpr int W = reduction_lanes;
-  Lanes<double, Plus> sum;
   Kokkos::parallel_reduce(
       label, Kokkos::RangePolicy<ExecutionSpace>(0, (n + W - 1) / W),
       KOKKOS_LAMBDA(const std::int64_t chunk, Lanes<double, Plus>& acc) {
@@ -111,7 +111,14 @@ double lane_sum(const char* label, std::int64_t n, const F& f) {
           for (int l = 0; l < n - first; ++l) acc.add(l, f(first + l));
         }
       },
-      sum);
+      result);
+}
+
+// The sum over i in [0, n) of f(i), in double (lane_sum_into, then the lanes in order).
+template <class F>
+double lane_sum(const char* label, std::int64_t n, const F& f) {
+  Lanes<double, Plus> sum;
+  lane_sum_into(label, n, f, sum);
   return sum.result();
 }
 

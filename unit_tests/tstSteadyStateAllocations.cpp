@@ -2,7 +2,10 @@
 // workspace, the all-gather's send and receive buffers, the bf16 staging of Shampoo's update
 // exchange, the amortized computation's workspace) is allocated once, when the optimizer is built
 // or at its first steps. Counted through the Kokkos Tools memory events, at every rank count the
-// test runs with (1 and 2 ranks), sharded or distributed where the optimizer can be.
+// test runs with (1 and 2 ranks), sharded or distributed where the optimizer can be. And no step
+// waits on the device once per parameter or block: the number of fences in steady-state steps is
+// the same for a model three times as wide (Kokkos Tools fence events, which Kokkos reports
+// from 3.5 on; with an older Kokkos that test is skipped, saying so).
 #include "koptim_TestData.hpp"
 #include "koptim_TestMpi.hpp"
 #include "koptim_TestTensor.hpp"
@@ -12,6 +15,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -72,6 +77,62 @@ struct Model {
     a.set(true, [&](std::int64_t i) { return koptim_test::value(41, 0, s, i); });
     b.set(true, [&](std::int64_t i) { return koptim_test::value(41, 1, s, i); });
     c.set(true, [&](std::int64_t i) { return koptim_test::value(41, 2, s, i); });
+  }
+};
+
+// Fences, counted while a FenceCounter lives; not those of the host BLAS path, which fences
+// around each BLAS call on host memory (linalg::host_blas_fence) and has no device to wait on.
+std::int64_t& fences() {
+  static std::int64_t n = 0;
+  return n;
+}
+void on_fence(const char* name, std::uint32_t, std::uint64_t*) {
+  if (std::string(name).rfind("koptim::linalg::host BLAS", 0) != 0) ++fences();
+}
+
+class FenceCounter {
+ public:
+  FenceCounter() {
+    fences() = 0;
+    Kokkos::Tools::Experimental::set_begin_fence_callback(on_fence);
+  }
+  ~FenceCounter() { Kokkos::Tools::Experimental::set_begin_fence_callback(nullptr); }
+  FenceCounter(const FenceCounter&)            = delete;
+  FenceCounter& operator=(const FenceCounter&) = delete;
+};
+
+// Whether this Kokkos reports fences to Kokkos Tools (3.4 does not).
+bool kokkos_reports_fences() {
+  FenceCounter count;
+  Kokkos::fence();
+  return fences() > 0;
+}
+
+// The tensors of Model, `copies` times over.
+struct WideModel {
+  std::vector<std::unique_ptr<TestTensor<float>>> f;
+  std::vector<std::unique_ptr<TestTensor<double>>> d;
+  koptim::ParameterSet params;
+  explicit WideModel(int copies) {
+    const int g = params.add_group("other", {0.003, 0.01});
+    for (int k = 0; k < copies; ++k) {
+      const std::string s = std::to_string(k);
+      f.push_back(std::make_unique<TestTensor<float>>(std::vector<std::int64_t>{150, 70}, "a"));
+      f.back()->add_to(params, "a" + s);
+      d.push_back(std::make_unique<TestTensor<double>>(std::vector<std::int64_t>{333}, "b"));
+      d.back()->add_to(params, "b" + s, g);
+      f.push_back(std::make_unique<TestTensor<float>>(std::vector<std::int64_t>{6, 5, 4}, "c"));
+      f.back()->add_to(params, "c" + s);
+      f.push_back(std::make_unique<TestTensor<float>>(std::vector<std::int64_t>{0}, "z"));
+      f.back()->add_to(params, "z" + s);
+    }
+    gradients(0, false);
+  }
+  void gradients(int s, bool grad = true) {
+    for (std::size_t k = 0; k < f.size(); ++k)
+      f[k]->set(grad, [&](std::int64_t i) { return koptim_test::value(43, k, s, i); });
+    for (std::size_t k = 0; k < d.size(); ++k)
+      d[k]->set(grad, [&](std::int64_t i) { return koptim_test::value(44, k, s, i); });
   }
 };
 
@@ -147,6 +208,40 @@ TEST(SteadyState, NoStepAllocates) {
     if (shampoo) EXPECT_EQ(shampoo->phase_times().amortized_computations - roots_before, 2);
     EXPECT_TRUE(allocations().empty()) << allocations().size() << " allocations in 6 steady-state steps:\n"
                                        << AllocationCounter::report();
+  }
+}
+
+// Fences per steady-state step do not grow with the number of parameters and blocks: every
+// per-parameter or per-block result stays on the device (or, for Shampoo's checks of |G|^2, comes
+// back in one copy for all blocks).
+TEST(SteadyState, FencesDoNotGrowWithTheModel) {
+  if (!kokkos_reports_fences())
+    GTEST_SKIP() << "Kokkos " << KOKKOS_VERSION << " reports no fences to Kokkos Tools (3.5 and later do)";
+  for (auto& c : cases()) {
+    SCOPED_TRACE(c.label + " on " + std::to_string(world()->size()) + " ranks");
+    std::int64_t counted[2] = {0, 0};
+    for (int w = 0; w < 2; ++w) {
+      WideModel m(w == 0 ? 1 : 3);
+      auto opt = c.distributed ? koptim::create(m.params, c.list, world()) : koptim::create(m.params, c.list);
+      int s    = 1;
+      for (; s <= 4; ++s) {
+        m.gradients(s);
+        opt->step();
+      }
+      // Fill the gradients first: only the steps are counted.
+      std::int64_t n = 0;
+      for (; s <= 10; ++s) {
+        m.gradients(s);
+        FenceCounter count;
+        opt->step();
+        n += fences();
+      }
+      counted[w] = n;
+    }
+    if (world()->rank() == 0)
+      std::printf("[ fences ] %-55s %3.1f per step (1 copy), %3.1f (3 copies)\n", c.label.c_str(), counted[0] / 6.0,
+                  counted[1] / 6.0);
+    EXPECT_EQ(counted[1], counted[0]);
   }
 }
 

@@ -500,13 +500,15 @@ void step_shared(const Parameter& p, TensorState& st, const Codebook& cb, const 
           v(b)          = vb;
           const Normaliser<T> normal(amax);
           const std::int64_t kept = P < host_kept ? P : host_kept;
-          if (normal.divide) {
-            host_update_shared<true, true>(0, kept, gb, ib, wb, m, tb, old, normal, scale, s);
-            host_update_shared<false, true>(kept, P, gb, ib, wb, m, tb, old, normal, scale, s);
-          } else {
-            host_update_shared<true, false>(0, kept, gb, ib, wb, m, tb, old, normal, scale, s);
-            host_update_shared<false, false>(kept, P, gb, ib, wb, m, tb, old, normal, scale, s);
-          }
+          const auto run          = [&](auto divide) {
+            constexpr bool D = decltype(divide)::value;
+            host_update_shared<true, D>(0, kept, gb, ib, wb, m, tb, old, normal, scale, s);
+            host_update_shared<false, D>(kept, P, gb, ib, wb, m, tb, old, normal, scale, s);
+          };
+          if (normal.divide)
+            run(std::true_type());
+          else
+            run(std::false_type());
           amax_v(b) = amax;
         });
   } else {

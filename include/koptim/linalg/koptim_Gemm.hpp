@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace koptim {
@@ -57,6 +58,19 @@ void mirror_lower(T* L, std::int64_t d) {
                        });
 }
 
+// Before a host BLAS call reads what kernels wrote, and after it, before kernels of another
+// space read its result: named, where Kokkos takes names (3.5 and later), so that a count of a
+// step's fences (unit_tests/tstSteadyStateAllocations.cpp) can tell these per-call fences of the
+// host path, which device memory does not need, from waits on the device.
+inline void host_blas_fence(const char* when) {
+#if KOKKOS_VERSION >= 30500
+  Kokkos::fence(std::string("koptim::linalg::host BLAS: ") + when);
+#else
+  (void)when;
+  Kokkos::fence();
+#endif
+}
+
 // L <- beta L + alpha G_(j) G_(j)^T, with G a row-major tensor of the given shape (data in
 // device memory) and L a d_j x d_j symmetric matrix. In host memory through BLAS syrk (half the
 // flops of a GEMM: only the lower triangle, then mirrored); elsewhere through Kokkos Kernels
@@ -68,7 +82,7 @@ void gram_of_unfolding(const T* G, const std::vector<std::int64_t>& shape, int j
   const std::int64_t k = s.post == 1 ? s.pre : s.post;
   if (host && s.dim <= INT_MAX && k <= INT_MAX) {
     const int n = static_cast<int>(s.dim);
-    Kokkos::fence();  // G was written by kernels
+    host_blas_fence("before syrk");  // G was written by kernels
     if (s.post == 1) {
       // G is (pre x d) row-major = (d x pre) column-major Gt; G_(j) = Gt.
       Impl::blas_syrk_lower('N', n, static_cast<int>(k), alpha, G, n, beta, L, n);
@@ -80,7 +94,7 @@ void gram_of_unfolding(const T* G, const std::vector<std::int64_t>& shape, int j
       }
     }
     mirror_lower(L, s.dim);
-    Kokkos::DefaultHostExecutionSpace().fence();  // before kernels of another space read L
+    host_blas_fence("after syrk");  // before kernels of another space read L
     return;
   }
   ColMajor<T> Lm(L, s.dim, s.dim);

@@ -27,9 +27,10 @@ void BM_ShampooMlp(benchmark::State& state) {
   list.set("epsilon", 1e-8);
   list.set("precondition_frequency", 1);
   list.set("communication_dtype", std::string(bf16 ? "bfloat16" : "float32"));
-  auto comm      = koptim::comm::Communicator::create(MPI_COMM_WORLD);
-  auto opt       = koptim::create(params, list, comm);
-  const auto& sh = dynamic_cast<const koptim::Shampoo&>(*opt);
+  auto comm = koptim::comm::Communicator::create(MPI_COMM_WORLD);
+  auto opt  = koptim::create(params, list, comm);
+  auto& sh  = dynamic_cast<koptim::Shampoo&>(*opt);
+  sh.time_phases(true);
   for (auto _ : state) {
     opt->step();
     Kokkos::fence();

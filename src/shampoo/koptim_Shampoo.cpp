@@ -100,6 +100,19 @@ void for_block(const char* label, const shampoo::BlockMap& map, std::int64_t siz
   }
 }
 
+// X(a) = V(a) for every matrix a whose eigendecomposition succeeded (info(a) = 0), in one kernel
+// (the others keep their previous eigenvectors).
+template <class X, class V, class Info>
+void take_eigenvectors(const X& x, const V& v, const Info& info) {
+  const std::int64_t m = static_cast<std::int64_t>(x.extent(0)), n = static_cast<std::int64_t>(x.extent(1));
+  Kokkos::parallel_for(
+      "koptim::Shampoo::take_eigenvectors", Kokkos::RangePolicy<ExecutionSpace>(0, m * n * n),
+      KOKKOS_LAMBDA(const std::int64_t k) {
+        const std::int64_t a = k / (n * n), r = (k / n) % n, c = k % n;
+        if (info(a) == 0) x(a, r, c) = v(a, r, c);
+      });
+}
+
 }  // namespace
 
 // Where factor j of a block lives: a slot of the bank of its size.
@@ -475,23 +488,18 @@ void ShampooBlocks<T>::amortized(std::int64_t t) {
         auto hi = Kokkos::create_mirror_view(Kokkos::HostSpace(), info);
         linalg::batched_eigh_lapack(Lh, wh, hi);
         Kokkos::deep_copy(Lhat, Lh);
+        Kokkos::deep_copy(info, hi);
         for (std::int64_t a = 0; a < m; ++a)
           status[a] = hi(a) == 0 ? 0 : (hi(a) == linalg::eigh_info_nonfinite_input ? 2 : 1);
-        for (std::int64_t a = 0; a < m; ++a)
-          if (status[a] == 0)
-            Kokkos::deep_copy(Kokkos::subview(s.X, a, Kokkos::ALL(), Kokkos::ALL()),
-                              Kokkos::subview(Lhat, a, Kokkos::ALL(), Kokkos::ALL()));
+        take_eigenvectors(s.X, Lhat, info);
       } else {
         const auto V      = ws.template batch<T>("koptim::Shampoo::eigenvectors", m, n, n, true);
         const auto sweeps = ws.template vector<int>("koptim::Shampoo::sweeps", m, true);
         linalg::batched_eigh_jacobi(Lhat, w, V, info, sweeps);
         auto hi = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), info);
-        for (std::int64_t a = 0; a < m; ++a) {
+        for (std::int64_t a = 0; a < m; ++a)
           status[a] = hi(a) == 0 ? 0 : (hi(a) == linalg::eigh_info_nonfinite_input ? 2 : 1);
-          if (status[a] == 0)
-            Kokkos::deep_copy(Kokkos::subview(s.X, a, Kokkos::ALL(), Kokkos::ALL()),
-                              Kokkos::subview(V, a, Kokkos::ALL(), Kokkos::ALL()));
-        }
+        take_eigenvectors(s.X, V, info);
       }
     } else {
       std::vector<double> exponents(m);
@@ -975,6 +983,7 @@ void Shampoo::update(std::int64_t t, const std::vector<double>& lrs) {
   // Each rank works on its own blocks; an error on any rank stops every rank with the same message.
   Kokkos::Timer timer;
   auto lap = [&](double& phase) {
+    if (!time_phases_) return;
     Kokkos::fence();
     phase += timer.seconds();
     timer.reset();

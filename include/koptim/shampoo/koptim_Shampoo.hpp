@@ -114,14 +114,19 @@ class Shampoo : public Optimizer {
   // Bytes of updates every rank receives per step in the all-gather (0 without distribution).
   std::size_t all_gather_bytes() const;
 
-  // Seconds spent in each phase of step() on this rank since construction (each phase ends with
-  // a fence, so device work is counted where it runs).
+  // Seconds spent in each phase of step() on this rank while time_phases(true) was set, and the
+  // amortized computations done since construction (always counted). Timing ends each phase with
+  // a fence, so that device work is counted where it runs: it is off by default, and a step then
+  // waits on the device only where a result must reach the host. Kokkos Tools see the phases as
+  // regions either way ("koptim::Shampoo::accumulate", ...).
   struct PhaseTimes {
     double accumulate = 0, amortized_computation = 0, eigenvalue_correction = 0, compute_updates = 0, all_gather = 0,
            write_back                   = 0;
     std::int64_t amortized_computations = 0;
   };
   const PhaseTimes& phase_times() const { return times_; }
+  void time_phases(bool on) { time_phases_ = on; }
+  bool time_phases() const { return time_phases_; }
 
   // A block's entries ("<name>/block<b>/...") are kept by the ranks that compute it.
   StatePart state_part(const std::string& key) const override;
@@ -139,6 +144,7 @@ class Shampoo : public Optimizer {
   std::shared_ptr<comm::Communicator> comm_, group_comm_;
   std::vector<std::vector<int>> owners_;
   PhaseTimes times_;
+  bool time_phases_ = false;
   std::unique_ptr<Impl::ShampooBlocks<float>> f32_;
   std::unique_ptr<Impl::ShampooBlocks<double>> f64_;
 };

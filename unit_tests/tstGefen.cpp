@@ -465,7 +465,8 @@ TEST(Gefen, QuantizedMomentumErrorStaysBounded) {
 
 // state_bytes() is exact: per tensor n index bytes, one T per scale block and the second
 // moment (shared, factored or full), plus the codebook (256 float) and its lookup (8193 pairs of
-// uint8 in 32-bit words for a learned codebook, and 256 thresholds in float and in double).
+// uint8, each in a 32-bit word, for a learned codebook, and 256 thresholds in float and, as the
+// set has a double tensor, in double).
 TEST(Gefen, StateBytesAreExactAndReported) {
   TestTensor<float> a({64, 96}, "a"), b({100}, "b"), c({1, 4096}, "c");
   TestTensor<double> d({7, 11}, "d");
@@ -497,7 +498,7 @@ TEST(Gefen, StateBytesAreExactAndReported) {
   // d: double, 77 elements.
   EXPECT_EQ(infos[3].second_moment, GefenSecondMoment::full);
   EXPECT_EQ(infos[3].state_bytes, 77u + 8 + 77 * 8);
-  const std::size_t lookup = 4 * (8192 + 1) + 256 * (4 + 8);
+  const std::size_t lookup = 4 * 8193 + 256 * (4 + 8);
   std::size_t sum          = 1024 + lookup;
   for (const auto& i : infos) sum += i.state_bytes;
   EXPECT_EQ(opt->state_bytes(), sum);
@@ -514,6 +515,14 @@ TEST(Gefen, StateBytesAreExactAndReported) {
     bytes += kv.second.data.size();
   }
   EXPECT_EQ(bytes + lookup, opt->state_bytes());
+  // Without a double tensor the lookup keeps no double thresholds.
+  koptim::ParameterSet floats;
+  a.add_to(floats, "a");
+  b.add_to(floats, "b");
+  auto f = make(floats, {{"force_p1", "true"}});
+  f->step();
+  const auto finfo = gefen(f).tensor_info();
+  EXPECT_EQ(f->state_bytes(), 1024 + 4 * 8193 + 256 * 4 + finfo[0].state_bytes + finfo[1].state_bytes);
 }
 
 // The parameter list: defaults as AdamW's (weight decay 0), expert keys validated.

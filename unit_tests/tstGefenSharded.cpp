@@ -22,7 +22,9 @@ using koptim::GefenSecondMoment;
 using koptim_test::TestTensor;
 using koptim_test::world;
 
-constexpr long long replicated = 256 * 4 + 4 * (8192 + 1) + 256 * (4 + 8);  // codebook and lookup, on every rank
+// The codebook and its lookup (8193 pairs in 32-bit words, thresholds in float and double), on
+// every rank.
+constexpr long long replicated = 256 * 4 + 4 * 8193 + 256 * (4 + 8);
 
 // Per-row scales give a tensor p = its row length.
 double gradient(std::uint64_t tensor, int step, std::int64_t i, std::int64_t row_len) {

@@ -111,12 +111,13 @@ struct TensorState {
 // smallest power of two from 8192 for which every bin passes that check. Distinct entries of a
 // learned codebook are at least half a histogram bin (2^-12) apart, and 8192 suffices for them;
 // an imported codebook must keep its distinct entries min_codebook_gap apart, for which
-// max_lookup_bins always suffices. The pairs are 32-bit so that CPUs can gather them.
+// max_lookup_bins always suffices. Each pair has a 32-bit word, so that CPUs can gather them (no
+// x86-64 gather loads 16 bits, and GCC vectorized no loop over words packing two pairs).
 struct Lookup {
   int bins = 0;
-  std::vector<std::uint32_t> pairs;  // bins + 1 entries
+  std::vector<std::uint32_t> words;  // bins + 1 pairs
   std::vector<float> thresholds_float;
-  std::vector<double> thresholds_double;
+  std::vector<double> thresholds_double;  // only when a tensor is double
 };
 
 // The smallest T x with c_hi - x < x - c_lo in T (c_lo < c_hi): a bisection over the T between
@@ -145,6 +146,14 @@ T upper_threshold(float c_lo, float c_hi) {
   return real(above);
 }
 
+// Whether any tensor of the set is double: the lookup then keeps thresholds in double too (the
+// same on every rank, whichever tensors it holds).
+bool has_double_tensors(const ParameterSet& ps) {
+  for (const auto& p : ps.parameters())
+    if (p.param.dtype == ScalarType::float64) return true;
+  return false;
+}
+
 // The first entry nearest to x (ties to the lower entry), in double.
 int nearest_entry_host(const std::vector<float>& c, double x) {
   const auto first_copy = [&](std::size_t k) {
@@ -157,14 +166,14 @@ int nearest_entry_host(const std::vector<float>& c, double x) {
   return x - static_cast<double>(c[a]) <= static_cast<double>(c[b]) - x ? a : b;
 }
 
-Lookup build_lookup(const std::vector<float>& c) {
+Lookup build_lookup(const std::vector<float>& c, bool with_double) {
   // The kernels' bin of x differs from the exact one only for x within the rounding of x + 1 of
   // a bin edge; the check widens each bin by far more than that.
   const double slack = std::ldexp(1.0, -20);  // the kernels' rounding of x + 1: at most 2^-23
   for (int bins = min_lookup_bins; bins <= max_lookup_bins; bins *= 2) {
     Lookup L;
     L.bins = bins;
-    L.pairs.resize(static_cast<std::size_t>(bins) + 1);
+    L.words.assign(static_cast<std::size_t>(bins) + 1, 0u);
     bool ok = true;
     for (int b = 0; b <= bins && ok; ++b) {
       const double lowest  = std::max(-1.0, -1.0 + 2.0 * b / bins - slack);
@@ -174,16 +183,16 @@ Lookup build_lookup(const std::vector<float>& c) {
       const int hi         = next < codebook_size ? static_cast<int>(next) : lo;
       const int top        = nearest_entry_host(c, highest);
       ok                   = top == lo || top == hi;
-      L.pairs[b]           = static_cast<std::uint32_t>(lo | hi << 8);
+      L.words[b]           = static_cast<std::uint32_t>(lo | hi << 8);
     }
     if (!ok) continue;
     L.thresholds_float.assign(codebook_size, std::numeric_limits<float>::infinity());
-    L.thresholds_double.assign(codebook_size, std::numeric_limits<double>::infinity());
+    if (with_double) L.thresholds_double.assign(codebook_size, std::numeric_limits<double>::infinity());
     for (int k = 0; k < codebook_size; ++k) {
       const auto next = std::upper_bound(c.begin(), c.end(), c[k]) - c.begin();
       if (next == codebook_size) continue;  // no entry above: hi = lo
-      L.thresholds_float[k]  = upper_threshold<float>(c[k], c[next]);
-      L.thresholds_double[k] = upper_threshold<double>(c[k], c[next]);
+      L.thresholds_float[k] = upper_threshold<float>(c[k], c[next]);
+      if (with_double) L.thresholds_double[k] = upper_threshold<double>(c[k], c[next]);
     }
     return L;
   }
@@ -194,7 +203,7 @@ Lookup build_lookup(const std::vector<float>& c) {
 template <class T>
 struct Tables {
   const float* codebook;
-  const std::uint32_t* pairs;
+  const std::uint32_t* words;  // Lookup::words
   const T* thresholds;
   T bins;
 };
@@ -232,24 +241,24 @@ struct Gefen::State {
   bool initialised = false;
   std::vector<float> codebook_host;
   Kokkos::View<float*, MemorySpace> codebook;
-  Kokkos::View<std::uint32_t*, MemorySpace> lookup;  // Lookup::pairs
+  Kokkos::View<std::uint32_t*, MemorySpace> lookup;  // Lookup::words
   Kokkos::View<float*, MemorySpace> thresholds_float;
   Kokkos::View<double*, MemorySpace> thresholds_double;
   int lookup_bins = 0;
   std::vector<TensorState> tensors;
   Kokkos::View<double, MemorySpace> row_sum;  // workspace of the factored step (not state)
 
-  void set_codebook(const std::vector<float>& c) {
-    const Lookup L = build_lookup(c);
+  void set_codebook(const std::vector<float>& c, bool with_double) {
+    const Lookup L = build_lookup(c, with_double);
     codebook_host  = c;
     codebook       = Kokkos::View<float*, MemorySpace>("koptim::Gefen::codebook", codebook_size);
-    lookup         = Kokkos::View<std::uint32_t*, MemorySpace>("koptim::Gefen::codebook_lookup", L.pairs.size());
+    lookup         = Kokkos::View<std::uint32_t*, MemorySpace>("koptim::Gefen::codebook_lookup", L.words.size());
     lookup_bins    = L.bins;
     Kokkos::deep_copy(codebook, Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
                                     c.data(), codebook_size));
     Kokkos::deep_copy(lookup,
                       Kokkos::View<const std::uint32_t*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
-                          L.pairs.data(), L.pairs.size()));
+                          L.words.data(), L.words.size()));
     thresholds_float  = copy_to_device("koptim::Gefen::thresholds_float", L.thresholds_float);
     thresholds_double = copy_to_device("koptim::Gefen::thresholds_double", L.thresholds_double);
     row_sum           = Kokkos::View<double, MemorySpace>("koptim::Gefen::row_sum");
@@ -263,7 +272,7 @@ struct Gefen::State {
   Tables<T> tables() const {
     Tables<T> t;
     t.codebook = codebook.data();
-    t.pairs    = lookup.data();
+    t.words    = lookup.data();
     if constexpr (std::is_same<T, float>::value)
       t.thresholds = thresholds_float.data();
     else
@@ -329,11 +338,11 @@ struct Normaliser {
 // do not mispredict on the data and vectorize the loop (gathers). A NaN x reads a valid bin and
 // gets lo.
 template <class T>
-KOKKOS_INLINE_FUNCTION int nearest_entry(T x, const T* thresholds, const std::uint32_t* pairs, T bins) {
+KOKKOS_INLINE_FUNCTION int nearest_entry(T x, const T* thresholds, const std::uint32_t* words, T bins) {
   T y            = (x + T(1)) * (bins / T(2));
   y              = y > T(0) ? y : T(0);
   y              = y < bins ? y : bins;
-  const int pair = static_cast<int>(pairs[static_cast<int>(y)]);
+  const int pair = static_cast<int>(words[static_cast<int>(y)]);
   const int lo   = pair & 255;
   const int hi   = pair >> 8;
   return x >= thresholds[lo] ? hi : lo;
@@ -447,11 +456,13 @@ KOKKOS_INLINE_FUNCTION void host_update_shared(std::int64_t from, std::int64_t t
                                                std::uint8_t* KOKKOS_RESTRICT idx, T* KOKKOS_RESTRICT w,
                                                const T* KOKKOS_RESTRICT m, const Tables<T>& tb, T absmax_old,
                                                const Normaliser<T>& normal, T scale, const Scalars<T>& s) {
-  const float* KOKKOS_RESTRICT cb = tb.codebook;
+  const float* KOKKOS_RESTRICT cb            = tb.codebook;
+  const std::uint32_t* KOKKOS_RESTRICT words = tb.words;
+  const T* KOKKOS_RESTRICT thresholds        = tb.thresholds;
   const T inverse = normal.inverse, absmax = normal.absmax, decay = s.decay, bins = tb.bins;
   for (std::int64_t k = from; k < to; ++k) {
     const T mi  = new_momentum<Kept>(k, m, g, idx, cb, absmax_old, s);
-    const int q = nearest_entry(Divide ? mi / absmax : mi * inverse, tb.thresholds, tb.pairs, bins);
+    const int q = nearest_entry(Divide ? mi / absmax : mi * inverse, thresholds, words, bins);
     idx[k]      = static_cast<std::uint8_t>(q);
     w[k]        = w[k] * decay + static_cast<T>(cb[q]) * scale;
   }
@@ -529,7 +540,7 @@ void step_shared(const Parameter& p, TensorState& st, const Codebook& cb, const 
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, P), [=](const std::int64_t k) {
             const std::int64_t i = begin + k;
             const T mi           = momentum(static_cast<T>(cb(idx(i))), old, g(i), s.b1, s.one_minus_b1);
-            const int q          = nearest_entry(normal(mi), tb.thresholds, tb.pairs, tb.bins);
+            const int q          = nearest_entry(normal(mi), tb.thresholds, tb.words, tb.bins);
             idx(i)               = static_cast<std::uint8_t>(q);
             w(i)                 = w(i) * s.decay + static_cast<T>(cb(q)) * scale;
           });
@@ -603,13 +614,15 @@ KOKKOS_INLINE_FUNCTION void host_update_unshared(std::int64_t begin, std::int64_
                                                  const T* KOKKOS_RESTRICT C, std::int64_t cols, double inv_mean,
                                                  const T* KOKKOS_RESTRICT m, const Tables<T>& tb,
                                                  const Normaliser<T>& normal, const Scalars<T>& s) {
-  const float* KOKKOS_RESTRICT cb = tb.codebook;
+  const float* KOKKOS_RESTRICT cb            = tb.codebook;
+  const std::uint32_t* KOKKOS_RESTRICT words = tb.words;
+  const T* KOKKOS_RESTRICT thresholds        = tb.thresholds;
   const T inverse = normal.inverse, absmax = normal.absmax, bins = tb.bins;
   const std::int64_t row0 = K == Moment::full ? 0 : begin / cols;
   for (std::int64_t k = 0; k < n; ++k) {
     const std::int64_t i = begin + k;
     const T mi           = m[k];
-    const int q          = nearest_entry(Divide ? mi / absmax : mi * inverse, tb.thresholds, tb.pairs, bins);
+    const int q          = nearest_entry(Divide ? mi / absmax : mi * inverse, thresholds, words, bins);
     idx[i]               = static_cast<std::uint8_t>(q);
     T vi;
     if (K == Moment::full) {
@@ -696,7 +709,7 @@ void step_unshared(const Parameter& p, TensorState& st, const Codebook& cb, cons
             const std::int64_t i = begin + k;
             const T gi           = g(i);
             const T mi           = momentum(static_cast<T>(cb(idx(i))), old, gi, s.b1, s.one_minus_b1);
-            const int q          = nearest_entry(normal(mi), tb.thresholds, tb.pairs, tb.bins);
+            const int q          = nearest_entry(normal(mi), tb.thresholds, tb.words, tb.bins);
             idx(i)               = static_cast<std::uint8_t>(q);
             T vi;
             if (full) {
@@ -937,7 +950,7 @@ void Gefen::initialise() {
       // Only empty tensors: any valid codebook will do.
       for (int k = 0; k < codebook_size; ++k) cb[k] = static_cast<float>(-1.0 + 2.0 * k / (codebook_size - 1));
     }
-    fresh->set_codebook(cb);
+    fresh->set_codebook(cb, has_double_tensors(ps));
   });
   state_ = std::move(fresh);
 }
@@ -1139,7 +1152,7 @@ void Gefen::import_tensors(const OptimizerState& state) {
     }
   }
   const auto c = values_of(state.tensors.at("codebook"));
-  fresh->set_codebook(std::vector<float>(c.begin(), c.end()));
+  fresh->set_codebook(std::vector<float>(c.begin(), c.end()), has_double_tensors(ps));
   state_ = std::move(fresh);
 }
 

@@ -221,9 +221,10 @@ TEST(SteadyState, FencesDoNotGrowWithTheModel) {
     SCOPED_TRACE(c.label + " on " + std::to_string(world()->size()) + " ranks");
     std::int64_t counted[2] = {0, 0};
     for (int w = 0; w < 2; ++w) {
-      // Two copies at least, so that every size of Shampoo's factor banks holds several
-      // matrices in both models (a batch of one skips the batch's parallel dispatch).
-      WideModel m(w == 0 ? 2 : 6);
+      // Two copies per rank at least, so that every size of Shampoo's factor banks holds several
+      // matrices on every rank in both models (a batch of one skips the batch's parallel
+      // dispatch: one fence less, which is not growth).
+      WideModel m((w == 0 ? 2 : 6) * world()->size());
       auto opt = c.distributed ? koptim::create(m.params, c.list, world()) : koptim::create(m.params, c.list);
       int s    = 1;
       for (; s <= 4; ++s) {

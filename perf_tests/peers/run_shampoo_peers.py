@@ -37,7 +37,10 @@ LAYERS, D, BLOCK, FREQ, WARMUP, STEPS = 12, 512, 128, 10, 10, 20
 
 
 def koptim_round(binary, threads):
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
+    # koptim's threads are Kokkos's (OpenMP); its BLAS and LAPACK calls run one per block on them,
+    # single-threaded, as docs/shampoo.md advises (OPENBLAS_NUM_THREADS=1).
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OMP_PROC_BIND="spread", OMP_PLACES="threads",
+               OPENBLAS_NUM_THREADS="1")
     out = subprocess.run([binary, "--benchmark_filter=BM_TransformerStep/./12/", "--benchmark_format=json"], env=env,
                          check=True, capture_output=True, text=True).stdout
     data = json.loads(out)

@@ -1,7 +1,8 @@
 // The mode-j products of koptim_Gemm.hpp against sums over explicit multi-indices, for every
 // mode of tensors of order 2 to 4, in float and double: Gram matrices of unfoldings
 // (L <- beta L + alpha G_(j) G_(j)^T; through BLAS syrk and a mirrored triangle in host
-// memory, GEMM elsewhere: the result must be exactly symmetric either way) and mode products.
+// memory, GEMM elsewhere: the result must be exactly symmetric either way) and mode products;
+// with host memory also their host-serial forms.
 #include <koptim/linalg/koptim_Gemm.hpp>
 
 #include <gtest/gtest.h>
@@ -48,6 +49,9 @@ std::vector<double> host_values(const Kokkos::View<T*>& v) {
   return std::vector<double>(h.data(), h.data() + h.size());
 }
 
+constexpr bool host_memory =
+    Kokkos::SpaceAccessibility<Kokkos::HostSpace, Kokkos::DefaultExecutionSpace::memory_space>::accessible;
+
 template <class T>
 void check_mode_products(double tol) {
   std::mt19937 rng(7);
@@ -88,15 +92,28 @@ void check_mode_products(double tol) {
           EXPECT_EQ(got[a * d + b], got[b * d + a]) << a << ", " << b;  // exactly symmetric
         }
       }
+      // The host-serial form (what Shampoo's batches of blocks call on each host thread): the
+      // same BLAS calls, so the same matrix to the bit.
+      if constexpr (host_memory) {
+        auto Ls = device_copy<T>(L0);
+        koptim::linalg::host_gram_of_unfolding<T>(G.data(), shape, j, static_cast<T>(alpha), static_cast<T>(beta),
+                                                  Ls.data());
+        EXPECT_EQ(host_values(Ls), got);
+      }
       // Y = M x_j op(A): Y[.. a ..] = sum_b op(A)_ab M[.. b ..]; A is handed over column-major.
       for (char trans : {'N', 'T'}) {
         std::vector<double> Acm(d * d);
         for (std::int64_t a = 0; a < d; ++a)
           for (std::int64_t b = 0; b < d; ++b) Acm[a + b * d] = A[a * d + b];
         const auto Ad = device_copy<T>(Acm);
-        Kokkos::View<T*> Y("Y", n);
+        Kokkos::View<T*> Y("Y", n), Ys("Ys", n);
         koptim::linalg::mode_product<T>(G.data(), shape, j, Ad.data(), trans, Y.data());
         const auto y = host_values(Y);
+        std::vector<double> ys;
+        if constexpr (host_memory) {
+          koptim::linalg::host_mode_product<T>(G.data(), shape, j, Ad.data(), trans, Ys.data());
+          ys = host_values(Ys);
+        }
         for (std::int64_t e = 0; e < n; ++e) {
           auto idx       = unflatten(e, shape);
           const auto row = idx[j];
@@ -108,6 +125,8 @@ void check_mode_products(double tol) {
             sum += (trans == 'N' ? A[row * d + b] : A[b * d + row]) * g[fl];
           }
           EXPECT_NEAR(y[e], sum, tol * (1.0 + std::abs(sum))) << "trans " << trans << " element " << e;
+          if (host_memory)
+            EXPECT_NEAR(ys[e], sum, tol * (1.0 + std::abs(sum))) << "host-serial, trans " << trans << " element " << e;
         }
       }
     }

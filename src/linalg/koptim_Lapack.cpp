@@ -1,4 +1,5 @@
-// The only place where koptim calls LAPACK (and BLAS directly: syrk, which Kokkos Kernels lacks). The Fortran
+// The only place where koptim calls LAPACK and BLAS directly (syrk, which Kokkos Kernels lacks; gemm for the
+// host-serial products that a batch of blocks runs on several host threads at once). The Fortran
 // prototypes are declared here rather than taken from lapacke, so a plain -llapack is enough; they stay out of the
 // public headers so that they cannot clash with a user's own LAPACK declarations.
 #include <koptim/linalg/koptim_Eigensolver.hpp>
@@ -16,6 +17,12 @@ void dsyevd_(const char* jobz, const char* uplo, const int* n, double* a, const 
              const int* lwork, int* iwork, const int* liwork, int* info, std::size_t jobz_len, std::size_t uplo_len);
 void ssyrk_(const char* uplo, const char* trans, const int* n, const int* k, const float* alpha, const float* a,
             const int* lda, const float* beta, float* c, const int* ldc, std::size_t uplo_len, std::size_t trans_len);
+void sgemm_(const char* ta, const char* tb, const int* m, const int* n, const int* k, const float* alpha,
+            const float* a, const int* lda, const float* b, const int* ldb, const float* beta, float* c, const int* ldc,
+            std::size_t ta_len, std::size_t tb_len);
+void dgemm_(const char* ta, const char* tb, const int* m, const int* n, const int* k, const double* alpha,
+            const double* a, const int* lda, const double* b, const int* ldb, const double* beta, double* c,
+            const int* ldc, std::size_t ta_len, std::size_t tb_len);
 void dsyrk_(const char* uplo, const char* trans, const int* n, const int* k, const double* alpha, const double* a,
             const int* lda, const double* beta, double* c, const int* ldc, std::size_t uplo_len, std::size_t trans_len);
 }
@@ -63,6 +70,15 @@ void blas_syrk_lower(char trans, int n, int k, double alpha, const double* a, in
                      int ldc) {
   const char uplo = 'L';
   dsyrk_(&uplo, &trans, &n, &k, &alpha, a, &lda, &beta, c, &ldc, 1, 1);
+}
+
+void blas_gemm(char ta, char tb, int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb,
+               float beta, float* c, int ldc) {
+  sgemm_(&ta, &tb, &m, &n, &k, &alpha, a, &lda, b, &ldb, &beta, c, &ldc, 1, 1);
+}
+void blas_gemm(char ta, char tb, int m, int n, int k, double alpha, const double* a, int lda, const double* b, int ldb,
+               double beta, double* c, int ldc) {
+  dgemm_(&ta, &tb, &m, &n, &k, &alpha, a, &lda, b, &ldb, &beta, c, &ldc, 1, 1);
 }
 
 }  // namespace Impl

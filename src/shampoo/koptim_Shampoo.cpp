@@ -100,16 +100,48 @@ void for_block(const char* label, const shampoo::BlockMap& map, std::int64_t siz
   }
 }
 
+// body(e) for every element of a block: as a kernel, or (serial, inside blas_batch's loop over
+// blocks) as a plain loop on the calling thread. The same body, so the same results.
+template <class F>
+void each_element(bool serial, const char* label, std::int64_t n, const F& body) {
+  if (!serial) {
+    Impl::for_each_element(label, n, body);
+    return;
+  }
+  const F local = body;
+  for (std::int64_t e = 0; e < n; ++e) local(e);
+}
+
+// The lanes of the sum over a block of f(e) into result (a Lanes in device memory): as a
+// kernel, or serially in the same lanes (the same sum as the kernel on one thread).
+template <class F, class Result>
+void lane_sum_into(bool serial, const char* label, std::int64_t n, const F& f, const Result& result) {
+  if (!serial) {
+    Impl::lane_sum_into(label, n, f, result);
+    return;
+  }
+  Impl::Lanes<double, Impl::Plus> acc;
+  for (std::int64_t e = 0; e < n; ++e) acc.add(static_cast<int>(e % Impl::reduction_lanes), f(e));
+  result() = acc;
+}
+
 // X(a) = V(a) for every matrix a whose eigendecomposition succeeded (info(a) = 0), in one kernel
-// (the others keep their previous eigenvectors).
+// (the others keep their previous eigenvectors): a team per matrix over its contiguous n^2
+// entries (no index arithmetic per entry).
 template <class X, class V, class Info>
 void take_eigenvectors(const X& x, const V& v, const Info& info) {
-  const std::int64_t m = static_cast<std::int64_t>(x.extent(0)), n = static_cast<std::int64_t>(x.extent(1));
+  using TeamPolicy      = Kokkos::TeamPolicy<ExecutionSpace>;
+  const std::int64_t nn = static_cast<std::int64_t>(x.extent(1) * x.extent(2));
+  using T               = typename X::value_type;
+  T* const dst          = x.data();
+  const T* const src    = v.data();
   Kokkos::parallel_for(
-      "koptim::Shampoo::take_eigenvectors", Kokkos::RangePolicy<ExecutionSpace>(0, m * n * n),
-      KOKKOS_LAMBDA(const std::int64_t k) {
-        const std::int64_t a = k / (n * n), r = (k / n) % n, c = k % n;
-        if (info(a) == 0) x(a, r, c) = v(a, r, c);
+      "koptim::Shampoo::take_eigenvectors", TeamPolicy(static_cast<int>(x.extent(0)), Kokkos::AUTO, Kokkos::AUTO),
+      KOKKOS_LAMBDA(const TeamPolicy::member_type& team) {
+        const std::int64_t a = team.league_rank();
+        if (info(a) != 0) return;
+        Kokkos::parallel_for(Kokkos::TeamVectorRange(team, nn),
+                             [&](const std::int64_t k) { dst[a * nn + k] = src[a * nn + k]; });
       });
 }
 
@@ -197,7 +229,15 @@ class ShampooBlocks {
   };
   // out = in x_1 op(X_1) ... x_k op(X_k) over the preconditioned dimensions; spare is workspace
   // distinct from in and out.
-  void precondition(BlockState<T>& b, const Vec<T>& in, const Vec<T>& out, const Vec<T>& spare, bool inverse_rotation);
+  // serial: the host-serial form, on the calling thread (inside blas_batch's parallel loop).
+  void precondition(BlockState<T>& b, const Vec<T>& in, const Vec<T>& out, const Vec<T>& spare, bool inverse_rotation,
+                    bool serial);
+  // f(block, serial) for every owned block: the BLAS work of one phase. With host memory, the
+  // blocks run concurrently on the host threads, each with single-threaded BLAS calls (serial =
+  // true; no kernel, no fence inside), between one fence before and one after; elsewhere in
+  // turn, each block's products through Kokkos Kernels.
+  template <class F>
+  void blas_batch(const F& f);
   std::string key(const BlockState<T>& b) const { return ps_[b.param].name + "/block" + std::to_string(b.block); }
 
   const Shampoo& owner_;
@@ -228,6 +268,7 @@ class ShampooBlocks {
   Kokkos::View<Impl::Lanes<double, Impl::Plus>*, MemorySpace> graft_norms_;
   Kokkos::View<T*, MemorySpace> graft_ratio_;
   bool roots_ready_           = false;  // a root (or eigenbasis) has been computed: before, X = I exactly
+  bool host_batch_            = false;  // host memory and every block within BLAS's int: blas_batch runs blocks at once
   std::int64_t failures_kept_ = 0;
   std::int64_t step_failures_ = 0, step_fallbacks_ = 0;
 };
@@ -297,6 +338,8 @@ ShampooBlocks<T>::ShampooBlocks(const Shampoo& owner, const ParameterSet& ps,
       const auto& f = blocks_[bi].factors[j];
       if (f.slot >= 0) banks_[f.n].owner[f.slot] = {bi, j};
     }
+  host_batch_ = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible;
+  for (const auto& b : blocks_) host_batch_ = host_batch_ && linalg::fits_host_blas(b.shape);
   sumsq_      = Kokkos::View<double*, MemorySpace>("koptim::Shampoo::block_sumsq", blocks_.size());
   sumsq_host_ = Kokkos::create_mirror_view(sumsq_);
   graft_norms_ =
@@ -371,47 +414,49 @@ std::string ShampooBlocks<T>::prepare(const std::vector<double>& wds, bool check
 template <class T>
 void ShampooBlocks<T>::accumulate(std::int64_t t) {
   const T factor_w = static_cast<T>(factor_w_), b2 = static_cast<T>(b2_);
-  for (auto& b : blocks_) {
+  for (auto& b : blocks_) b.trace = next_trace(b);
+  const bool adagrad = o_.grafting == Grafting::AdaGrad;
+  const T gb = static_cast<T>(graft_beta_), one_minus_gb = static_cast<T>(1.0 - graft_beta_);
+  const bool separate = b3_ != b1_;
+  const T b1 = static_cast<T>(b1_), one_minus_b1 = static_cast<T>(1.0 - b1_), b3 = static_cast<T>(b3_),
+          one_minus_b3 = static_cast<T>(1.0 - b3_);
+  blas_batch([&](BlockState<T>& b, bool serial) {
     const auto g = b.g;
-    b.trace      = next_trace(b);
     // Factors: L_j <- b2 L_j + w G_(j) G_(j)^T.
     for (int j = 0; j < static_cast<int>(b.factors.size()); ++j) {
       const auto& f = b.factors[j];
       if (f.slot < 0) continue;
-      T* L = banks_[f.n].L.data() + f.slot * f.n * f.n;
-      linalg::gram_of_unfolding<T>(g.data(), b.shape, j, factor_w, b2, L);
+      T* L = banks_.at(f.n).L.data() + f.slot * f.n * f.n;
+      if (serial)
+        linalg::host_gram_of_unfolding<T>(g.data(), b.shape, j, factor_w, b2, L);
+      else
+        linalg::gram_of_unfolding<T>(g.data(), b.shape, j, factor_w, b2, L);
     }
     // Grafting accumulator.
     if (b.graft.size() > 0) {
-      const auto a       = b.graft;
-      const bool adagrad = o_.grafting == Grafting::AdaGrad;
-      const T gb = static_cast<T>(graft_beta_), one_minus_gb = static_cast<T>(1.0 - graft_beta_);
-      Impl::for_each_element(
-          "koptim::Shampoo::graft_accumulate", b.size, KOKKOS_LAMBDA(const std::int64_t e) {
+      const auto a = b.graft;
+      each_element(
+          serial, "koptim::Shampoo::graft_accumulate", b.size, KOKKOS_LAMBDA(const std::int64_t e) {
             a(e) = adagrad ? Impl::accumulate_square(a(e), g(e)) : Impl::ema_square(a(e), g(e), gb, one_minus_gb);
           });
     }
     // Filtered gradient and its bias correction: mhat = M_hat of step 4 (docs/shampoo.md).
-    {
-      const auto m = b.filtered, mhat = b.mhat;
-      const bool filter = b.filtered.size() > 0, separate = b3_ != b1_;
-      const double corr =
-          o_.use_bias_correction && filter ? 1.0 - b3_ * std::pow(b1_, static_cast<double>(t - 1)) : 1.0;
-      const T b1 = static_cast<T>(b1_), one_minus_b1 = static_cast<T>(1.0 - b1_), b3 = static_cast<T>(b3_),
-              one_minus_b3 = static_cast<T>(1.0 - b3_), inv_corr = static_cast<T>(1.0 / corr);
-      Impl::for_each_element(
-          "koptim::Shampoo::filter", b.size, KOKKOS_LAMBDA(const std::int64_t e) {
-            if (!filter) {
-              mhat(e) = g(e);
-              return;
-            }
-            const T old  = m(e);
-            const T next = b1 * old + one_minus_b1 * g(e);
-            m(e)         = next;
-            mhat(e)      = (separate ? b3 * old + one_minus_b3 * g(e) : next) * inv_corr;
-          });
-    }
-  }
+    const auto m = b.filtered, mhat = b.mhat;
+    const bool filter = b.filtered.size() > 0;
+    const double corr = o_.use_bias_correction && filter ? 1.0 - b3_ * std::pow(b1_, static_cast<double>(t - 1)) : 1.0;
+    const T inv_corr  = static_cast<T>(1.0 / corr);
+    each_element(
+        serial, "koptim::Shampoo::filter", b.size, KOKKOS_LAMBDA(const std::int64_t e) {
+          if (!filter) {
+            mhat(e) = g(e);
+            return;
+          }
+          const T old  = m(e);
+          const T next = b1 * old + one_minus_b1 * g(e);
+          m(e)         = next;
+          mhat(e)      = (separate ? b3 * old + one_minus_b3 * g(e) : next) * inv_corr;
+        });
+  });
 }
 
 // Eigenvalue correction (docs/shampoo.md step 3): E <- b2 E + w R^2, R = G rotated into the eigenbasis, after the
@@ -420,13 +465,13 @@ template <class T>
 void ShampooBlocks<T>::correct() {
   if (!o_.eigenvalue_corrected) return;
   const T factor_w = static_cast<T>(factor_w_), b2 = static_cast<T>(b2_);
-  for (auto& b : blocks_) {
-    precondition(b, b.g, b.p, b.q, false);  // b.p = R
+  blas_batch([&](BlockState<T>& b, bool serial) {
+    precondition(b, b.g, b.p, b.q, false, serial);  // b.p = R
     const auto E = b.correction, R = b.p;
-    Impl::for_each_element(
-        "koptim::Shampoo::eigenvalue_correction", b.size,
+    each_element(
+        serial, "koptim::Shampoo::eigenvalue_correction", b.size,
         KOKKOS_LAMBDA(const std::int64_t e) { E(e) = b2 * E(e) + factor_w * R(e) * R(e); });
-  }
+  });
 }
 
 // Rotation or root products over every preconditioned dimension: out = in x_1 op(X_1) ... x_k op(X_k).
@@ -434,12 +479,15 @@ void ShampooBlocks<T>::correct() {
 // eigenbasis), true applies Q (back). Before the first amortized computation X = Q = I: a copy.
 template <class T>
 void ShampooBlocks<T>::precondition(BlockState<T>& b, const Vec<T>& in, const Vec<T>& out, const Vec<T>& spare,
-                                    bool inverse_rotation) {
+                                    bool inverse_rotation, bool serial) {
   std::vector<int> dims;
   for (int j = 0; j < static_cast<int>(b.factors.size()); ++j)
     if (b.factors[j].slot >= 0) dims.push_back(j);
   if (!roots_ready_ || dims.empty()) {
-    Kokkos::deep_copy(out, in);
+    if (serial)
+      std::copy(in.data(), in.data() + in.size(), out.data());
+    else
+      Kokkos::deep_copy(out, in);
     return;
   }
   // The bank slice is row-major X(i, k); seen column-major it is X^T.
@@ -449,9 +497,29 @@ void ShampooBlocks<T>::precondition(BlockState<T>& b, const Vec<T>& in, const Ve
   for (std::size_t i = 0; i < dims.size(); ++i) {
     T* dst        = ((dims.size() - 1 - i) % 2 == 0) ? out.data() : spare.data();
     const auto& f = b.factors[dims[i]];
-    linalg::mode_product<T>(src, b.shape, dims[i], banks_[f.n].X.data() + f.slot * f.n * f.n, trans, dst);
+    const T* X    = banks_.at(f.n).X.data() + f.slot * f.n * f.n;
+    if (serial)
+      linalg::host_mode_product<T>(src, b.shape, dims[i], X, trans, dst);
+    else
+      linalg::mode_product<T>(src, b.shape, dims[i], X, trans, dst);
     src = dst;
   }
+}
+
+template <class T>
+template <class F>
+void ShampooBlocks<T>::blas_batch(const F& f) {
+  if (blocks_.empty()) return;
+  if (!host_batch_) {
+    for (auto& b : blocks_) f(b, false);
+    return;
+  }
+  linalg::host_blas_fence("before a batch of blocks");  // kernels wrote the inputs
+  Kokkos::parallel_for(
+      "koptim::Shampoo::blas_batch",
+      Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace, Kokkos::Schedule<Kokkos::Dynamic>>(0, blocks_.size()),
+      [&](const std::size_t bi) { f(blocks_[bi], true); });
+  linalg::host_blas_fence("after a batch of blocks");  // before kernels read the results
 }
 
 // Step 2 (docs/shampoo.md): inverse roots (or eigenvectors) of every factor, batched by size.
@@ -466,14 +534,13 @@ void ShampooBlocks<T>::amortized(std::int64_t t) {
     const std::int64_t m = static_cast<std::int64_t>(s.owner.size());
     auto& ws             = *s.workspace;
     const auto Lhat      = ws.template batch<T>("koptim::Shampoo::Lhat", m, n, n);
-    const auto L         = s.L;
-    const T sc           = static_cast<T>(scale);
+    // Both contiguous, in the same order: one flat pass.
+    const T* const L = s.L.data();
+    T* const lhat    = Lhat.data();
+    const T sc       = static_cast<T>(scale);
     Kokkos::parallel_for(
         "koptim::Shampoo::bias_correct", Kokkos::RangePolicy<ExecutionSpace>(0, m * n * n),
-        KOKKOS_LAMBDA(const std::int64_t k) {
-          const std::int64_t a = k / (n * n), r = (k / n) % n, c = k % n;
-          Lhat(a, r, c) = L(a, r, c) * sc;
-        });
+        KOKKOS_LAMBDA(const std::int64_t k) { lhat[k] = L[k] * sc; });
     std::vector<int> status(m, 0);  // 0 ok, 1 solver failure, 2 non-finite input, 3 non-finite output
     if (o_.eigenvalue_corrected) {
       // Eigenvectors of the factors (bias correction and eps do not change them).
@@ -573,63 +640,68 @@ void ShampooBlocks<T>::amortized(std::int64_t t) {
 template <class T>
 void ShampooBlocks<T>::apply(std::int64_t t, const std::vector<double>& lrs, const std::vector<double>& base_lrs,
                              const std::vector<double>& wds) {
-  const bool started = t >= start_;
-  for (std::size_t bi = 0; bi < blocks_.size(); ++bi) {
-    auto& b              = blocks_[bi];
+  const bool started    = t >= start_;
+  const bool graft      = o_.grafting != Grafting::none;
+  const bool shampoo    = started || !graft;  // the Shampoo direction, else the grafting direction alone
+  const double graft_bc = o_.grafting == Grafting::Adam ? 1.0 - std::pow(graft_beta_, static_cast<double>(t)) : 1.0;
+  const T graft_inv_bc = static_cast<T>(1.0 / graft_bc), graft_eps = static_cast<T>(o_.grafting_epsilon);
+  const double bc = o_.use_bias_correction && b2_ < 1.0 ? 1.0 - std::pow(b2_, static_cast<double>(t)) : 1.0;
+  const T inv_bc = static_cast<T>(1.0 / bc), eps = static_cast<T>(o_.epsilon);
+  const bool nesterov = o_.use_nesterov;
+  const T mu = static_cast<T>(o_.momentum), one_minus_d = static_cast<T>(1.0 - o_.dampening);
+  blas_batch([&](BlockState<T>& b, bool serial) {
+    const std::size_t bi = static_cast<std::size_t>(&b - blocks_.data());
     const Parameter& prm = ps_[b.param];
     const auto mhat = b.mhat, p = b.p, q = b.q, w = b.w;
     // Grafting direction P_g into q.
-    const bool graft = o_.grafting != Grafting::none;
     if (graft) {
       const auto a    = b.graft;
       const bool diag = b.graft.size() > 0;
-      const double bc = o_.grafting == Grafting::Adam ? 1.0 - std::pow(graft_beta_, static_cast<double>(t)) : 1.0;
-      const T inv_bc = static_cast<T>(1.0 / bc), eps = static_cast<T>(o_.grafting_epsilon);
-      Impl::for_each_element(
-          "koptim::Shampoo::graft_direction", b.size, KOKKOS_LAMBDA(const std::int64_t e) {
-            q(e) = diag ? Impl::diagonal_precondition(mhat(e), a(e) * inv_bc, eps) : mhat(e);
+      each_element(
+          serial, "koptim::Shampoo::graft_direction", b.size, KOKKOS_LAMBDA(const std::int64_t e) {
+            q(e) = diag ? Impl::diagonal_precondition(mhat(e), a(e) * graft_inv_bc, graft_eps) : mhat(e);
           });
     }
     // Shampoo direction P_s into p.
-    Vec<T> dir = graft ? q : p;
-    if (started || !graft) {
+    if (shampoo) {
       if (o_.eigenvalue_corrected) {
-        precondition(b, b.mhat, b.g, b.p, false);  // g = rotated M_hat
+        precondition(b, b.mhat, b.g, b.p, false, serial);  // g = rotated M_hat
         const auto R = b.g, E = b.correction;
-        const double bc = o_.use_bias_correction && b2_ < 1.0 ? 1.0 - std::pow(b2_, static_cast<double>(t)) : 1.0;
-        const T inv_bc = static_cast<T>(1.0 / bc), eps = static_cast<T>(o_.epsilon);
-        Impl::for_each_element(
-            "koptim::Shampoo::eigenvalue_corrected", b.size, KOKKOS_LAMBDA(const std::int64_t e) {
+        each_element(
+            serial, "koptim::Shampoo::eigenvalue_corrected", b.size, KOKKOS_LAMBDA(const std::int64_t e) {
               // With epsilon = 0 a coordinate whose second moment is still 0 gets no step (not 0/0).
               const T den = Impl::sqrt(E(e) * inv_bc) + eps;
               R(e)        = den > T(0) ? R(e) / den : T(0);
             });
-        precondition(b, b.g, b.p, b.mhat, true);
+        precondition(b, b.g, b.p, b.mhat, true, serial);
       } else {
-        precondition(b, b.mhat, b.p, b.g, false);
+        precondition(b, b.mhat, b.p, b.g, false, serial);
       }
-      dir = p;
       if (graft) {
         // Per-block norm rescaling: P = P_s |P_g| / (|P_s| + 1e-16). Squared norms summed in
         // double, lane-parallel, into device memory; the ratio formed there: no wait.
         const auto norms        = graft_norms_;
         const auto ratio        = Kokkos::subview(graft_ratio_, bi);
         const std::int64_t slot = static_cast<std::int64_t>(2 * bi);
-        Impl::lane_sum_into(
-            "koptim::Shampoo::graft_norm", b.size,
+        lane_sum_into(
+            serial, "koptim::Shampoo::graft_norm", b.size,
             KOKKOS_LAMBDA(const std::int64_t e) { return static_cast<double>(q(e)) * static_cast<double>(q(e)); },
             Kokkos::subview(norms, slot));
-        Impl::lane_sum_into(
-            "koptim::Shampoo::shampoo_norm", b.size,
+        lane_sum_into(
+            serial, "koptim::Shampoo::shampoo_norm", b.size,
             KOKKOS_LAMBDA(const std::int64_t e) { return static_cast<double>(p(e)) * static_cast<double>(p(e)); },
             Kokkos::subview(norms, slot + 1));
-        Kokkos::parallel_for(
-            "koptim::Shampoo::graft_ratio", Kokkos::RangePolicy<ExecutionSpace>(0, 1), KOKKOS_LAMBDA(const int) {
-              const double ng = norms(slot).result(), ns = norms(slot + 1).result();
-              ratio() = static_cast<T>(Impl::sqrt(ng) / (Impl::sqrt(ns) + 1e-16));
-            });
-        Impl::for_each_element(
-            "koptim::Shampoo::graft_rescale", b.size, KOKKOS_LAMBDA(const std::int64_t e) { p(e) = p(e) * ratio(); });
+        const auto form_ratio = KOKKOS_LAMBDA(const int) {
+          const double ng = norms(slot).result(), ns = norms(slot + 1).result();
+          ratio() = static_cast<T>(Impl::sqrt(ng) / (Impl::sqrt(ns) + 1e-16));
+        };
+        if (serial)
+          form_ratio(0);
+        else
+          Kokkos::parallel_for("koptim::Shampoo::graft_ratio", Kokkos::RangePolicy<ExecutionSpace>(0, 1), form_ratio);
+        each_element(
+            serial, "koptim::Shampoo::graft_rescale", b.size,
+            KOKKOS_LAMBDA(const std::int64_t e) { p(e) = p(e) * ratio(); });
       }
     }
     // Weight decay, momentum, update U = lr P (docs/shampoo.md step 4) and W -= U (step 5).
@@ -650,13 +722,12 @@ void ShampooBlocks<T>::apply(std::int64_t t, const std::vector<double>& lrs, con
         break;
     }
     const auto B   = b.momentum;
-    const bool mom = b.momentum.size() > 0, nesterov = o_.use_nesterov;
-    const T a_ = static_cast<T>(alpha), mu = static_cast<T>(o_.momentum),
-            one_minus_d = static_cast<T>(1.0 - o_.dampening), lr_ = static_cast<T>(lr);
+    const bool mom = b.momentum.size() > 0;
+    const T a_ = static_cast<T>(alpha), lr_ = static_cast<T>(lr);
     const auto U = updates_.piece(b.piece);
-    const auto d = dir;
-    Impl::for_each_element(
-        "koptim::Shampoo::update", b.size, KOKKOS_LAMBDA(const std::int64_t e) {
+    const auto d = shampoo ? p : q;
+    each_element(
+        serial, "koptim::Shampoo::update", b.size, KOKKOS_LAMBDA(const std::int64_t e) {
           T P = d(e) + a_ * w(e);
           if (mom) {
             const T Bn = mu * B(e) + one_minus_d * P;
@@ -665,7 +736,7 @@ void ShampooBlocks<T>::apply(std::int64_t t, const std::vector<double>& lrs, con
           }
           U(e) = lr_ * P;
         });
-  }
+  });
 }
 
 template <class T>

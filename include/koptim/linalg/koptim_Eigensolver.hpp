@@ -201,10 +201,24 @@ void batched_eigh_lapack(const BatchView& A, const ValuesView& w, const InfoView
                              std::to_string(w.extent(0)) + " x " + std::to_string(w.extent(1)) + ", info " +
                              std::to_string(info.extent(0)));
   }
-  for (std::size_t b = 0; b < nb; ++b) {
+  if (A.extent(1) > static_cast<std::size_t>(std::numeric_limits<int>::max() / 2)) {
+    throw koptim::ShapeError("koptim::linalg::batched_eigh_lapack: n = " + std::to_string(A.extent(1)) +
+                             " exceeds LAPACK's int");
+  }
+  const auto solve = [=](const std::size_t b) {
     auto Ab = Kokkos::subview(A, b, Kokkos::ALL(), Kokkos::ALL());
     auto wb = Kokkos::subview(w, b, Kokkos::ALL());
     info(b) = eigh_lapack(Ab, wb);
+  };
+  // The matrices are solved concurrently on the host execution space's threads (one LAPACK call
+  // each, each with its own workspace); a single matrix is left to a threaded LAPACK.
+  if (nb > 1) {
+    Kokkos::parallel_for(
+        "koptim::linalg::lapack_eigh_batch",
+        Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace, Kokkos::Schedule<Kokkos::Dynamic>>(0, nb), solve);
+    Kokkos::DefaultHostExecutionSpace().fence();
+  } else if (nb == 1) {
+    solve(0);
   }
 }
 

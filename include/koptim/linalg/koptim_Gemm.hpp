@@ -38,6 +38,27 @@ namespace Impl {
 // C <- alpha op(A) op(A)^T + beta C, op(A) = A (n x k, trans 'N') or A^T (A k x n, trans 'T').
 void blas_syrk_lower(char trans, int n, int k, float alpha, const float* a, int lda, float beta, float* c, int ldc);
 void blas_syrk_lower(char trans, int n, int k, double alpha, const double* a, int lda, double beta, double* c, int ldc);
+// BLAS gemm on host memory, column-major: C <- alpha op(A) op(B) + beta C, C m x n.
+void blas_gemm(char ta, char tb, int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb,
+               float beta, float* c, int ldc);
+void blas_gemm(char ta, char tb, int m, int n, int k, double alpha, const double* a, int lda, const double* b, int ldb,
+               double beta, double* c, int ldc);
+
+// L <- beta L + alpha G_(j) G_(j)^T into L's lower triangle (column-major d x d) by BLAS syrk:
+// one call, or one per slice when dimension j is not the last.
+template <class T>
+void gram_lower(const T* G, std::int64_t pre, std::int64_t dim, std::int64_t post, T alpha, T beta, T* L) {
+  const int n = static_cast<int>(dim);
+  if (post == 1) {
+    // G is (pre x d) row-major = (d x pre) column-major Gt; G_(j) = Gt.
+    blas_syrk_lower('N', n, static_cast<int>(pre), alpha, G, n, beta, L, n);
+    return;
+  }
+  // Slice p is (d x post) row-major = (post x d) column-major S_p; G_(j) G_(j)^T = sum_p S_p^T S_p.
+  for (std::int64_t p = 0; p < pre; ++p)
+    blas_syrk_lower('T', n, static_cast<int>(post), alpha, G + p * dim * post, static_cast<int>(post),
+                    p == 0 ? beta : T(1), L, n);
+}
 }  // namespace Impl
 
 // The upper triangle of the d x d matrix L (host memory) set from its lower triangle, in tiles
@@ -56,6 +77,19 @@ void mirror_lower(T* L, std::int64_t d) {
                            for (std::int64_t i = ti * tile; i < std::min(i_end, j); ++i) L[i + j * d] = L[j + i * d];
                          }
                        });
+}
+
+// The same on the calling thread alone (no kernel: the host-serial products below run inside a
+// parallel loop over blocks).
+template <class T>
+void mirror_lower_serial(T* L, std::int64_t d) {
+  constexpr std::int64_t tile = 32;
+  for (std::int64_t tj = 0; tj < d; tj += tile)
+    for (std::int64_t ti = 0; ti <= tj; ti += tile) {
+      const std::int64_t i_end = std::min(d, ti + tile), j_end = std::min(d, tj + tile);
+      for (std::int64_t j = tj; j < j_end; ++j)
+        for (std::int64_t i = ti; i < std::min(i_end, j); ++i) L[i + j * d] = L[j + i * d];
+    }
 }
 
 // Before a host BLAS call reads what kernels wrote, and after it, before kernels of another
@@ -81,18 +115,8 @@ void gram_of_unfolding(const T* G, const std::vector<std::int64_t>& shape, int j
   constexpr bool host  = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible;
   const std::int64_t k = s.post == 1 ? s.pre : s.post;
   if (host && s.dim <= INT_MAX && k <= INT_MAX) {
-    const int n = static_cast<int>(s.dim);
     host_blas_fence("before syrk");  // G was written by kernels
-    if (s.post == 1) {
-      // G is (pre x d) row-major = (d x pre) column-major Gt; G_(j) = Gt.
-      Impl::blas_syrk_lower('N', n, static_cast<int>(k), alpha, G, n, beta, L, n);
-    } else {
-      // Slice p is (d x post) row-major = (post x d) column-major S_p; G_(j) G_(j)^T = sum_p S_p^T S_p.
-      for (std::int64_t p = 0; p < s.pre; ++p) {
-        Impl::blas_syrk_lower('T', n, static_cast<int>(k), alpha, G + p * s.dim * s.post, static_cast<int>(k),
-                              p == 0 ? beta : T(1), L, n);
-      }
-    }
+    Impl::gram_lower(G, s.pre, s.dim, s.post, alpha, beta, L);
     mirror_lower(L, s.dim);
     host_blas_fence("after syrk");  // before kernels of another space read L
     return;
@@ -128,6 +152,39 @@ void mode_product(const T* M, const std::vector<std::int64_t>& shape, int j, con
     ColMajor<T> Mt(const_cast<T*>(M) + p * s.dim * s.post, s.post, s.dim), Yt(Y + p * s.dim * s.post, s.post, s.dim);
     KokkosBlas::gemm("N", tb, T(1), Mt, Am, T(0), Yt);
   }
+}
+
+// Host-serial forms of gram_of_unfolding and mode_product, for host memory: BLAS calls on the
+// calling thread, no kernel and no fence, so that the blocks of a batch can run them at once on
+// the host threads (the caller fences before and after the batch). Every extent must fit in an
+// int (fits_host_blas). The same BLAS calls, and so the same results, as the forms above.
+inline bool fits_host_blas(const std::vector<std::int64_t>& shape) {
+  std::int64_t n = 1;
+  for (const auto d : shape) n *= d;
+  return n <= INT_MAX;
+}
+
+template <class T>
+void host_gram_of_unfolding(const T* G, const std::vector<std::int64_t>& shape, int j, T alpha, T beta, T* L) {
+  const ModeSplit s(shape, j);
+  Impl::gram_lower(G, s.pre, s.dim, s.post, alpha, beta, L);
+  mirror_lower_serial(L, s.dim);
+}
+
+template <class T>
+void host_mode_product(const T* M, const std::vector<std::int64_t>& shape, int j, const T* A, char trans, T* Y) {
+  const ModeSplit s(shape, j);
+  const int d = static_cast<int>(s.dim);
+  if (s.post == 1) {
+    // Yt (d x pre) = op(A) Mt.
+    Impl::blas_gemm(trans, 'N', d, static_cast<int>(s.pre), d, T(1), A, d, M, d, T(0), Y, d);
+    return;
+  }
+  // Per slice: Yt_p (post x d) = Mt_p op(A)^T.
+  const char tb  = trans == 'T' ? 'N' : 'T';
+  const int post = static_cast<int>(s.post);
+  for (std::int64_t p = 0; p < s.pre; ++p)
+    Impl::blas_gemm('N', tb, post, d, d, T(1), M + p * s.dim * s.post, post, A, d, T(0), Y + p * s.dim * s.post, post);
 }
 
 }  // namespace linalg

@@ -290,6 +290,80 @@ TEST(Shampoo, RootMethodsAgree) {
   }
 }
 
+// The blocks of a phase run concurrently on the host threads (the host path) or block after
+// block as kernels (the device path, here on the host): the same parameters, to the bit on one
+// thread, to rounding where a threaded reduction of the grafting norms sums in another order.
+// Blocks of orders 1 to 3, several shapes, float and double, every variant of the direction.
+TEST(Shampoo, HostBatchOfBlocksEqualsBlockAfterBlock) {
+  auto run = [](Teuchos::ParameterList l, bool batch) {
+    TestTensor<float> a({40, 30}, "a"), c({6, 5, 4}, "c"), e({3, 70}, "e");
+    TestTensor<double> b({7}, "b"), d({9, 33}, "d");
+    koptim::ParameterSet params;
+    a.add_to(params, "a");
+    b.add_to(params, "b");
+    c.add_to(params, "c");
+    d.add_to(params, "d");
+    e.add_to(params, "e");
+    l.set("optimizer", std::string("Shampoo"));
+    l.set("lr", 0.01);
+    l.set("epsilon", 1e-6);
+    l.set("max_preconditioner_dim", 32);
+    l.set("precondition_frequency", 2);
+    l.set("start_preconditioning_step", 2);
+    auto opt = koptim::create(params, l);
+    dynamic_cast<koptim::Shampoo&>(*opt).batch_blocks_on_host(batch);
+    EXPECT_GT(dynamic_cast<koptim::Shampoo&>(*opt).num_blocks(), 8u);
+    for (int s = 1; s <= 8; ++s) {
+      a.set(true, [&](std::int64_t i) { return koptim_test::value(21, 0, s, i); });
+      b.set(true, [&](std::int64_t i) { return koptim_test::value(21, 1, s, i); });
+      c.set(true, [&](std::int64_t i) { return koptim_test::value(21, 2, s, i); });
+      d.set(true, [&](std::int64_t i) { return koptim_test::value(21, 3, s, i); });
+      e.set(true, [&](std::int64_t i) { return koptim_test::value(21, 4, s, i); });
+      opt->step();
+    }
+    std::vector<double> r;
+    for (const auto& v : {a.get(), c.get(), e.get()}) r.insert(r.end(), v.begin(), v.end());
+    for (const auto& v : {b.get(), d.get()}) r.insert(r.end(), v.begin(), v.end());
+    return r;
+  };
+  std::vector<std::pair<std::string, Teuchos::ParameterList>> cases;
+  {
+    Teuchos::ParameterList l;
+    l.set("grafting", std::string("Adam"));
+    l.set("momentum", 0.5);
+    l.set("use_nesterov", true);
+    l.set("weight_decay", 0.01);
+    cases.push_back({"Adam grafting, Nesterov momentum, weight decay", l});
+  }
+  {
+    Teuchos::ParameterList l;
+    l.set("grafting", std::string("AdaGrad"));
+    cases.push_back({"AdaGrad grafting", l});
+  }
+  {
+    Teuchos::ParameterList l;
+    l.set("grafting", std::string("none"));
+    cases.push_back({"no grafting", l});
+  }
+  {
+    Teuchos::ParameterList l;
+    l.set("eigenvalue_corrected", true);
+    cases.push_back({"eigenvalue-corrected", l});
+  }
+  const bool one_thread = koptim::ExecutionSpace().concurrency() == 1;
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.first);
+    const auto batched = run(c.second, true), in_turn = run(c.second, false);
+    ASSERT_EQ(batched.size(), in_turn.size());
+    for (std::size_t i = 0; i < batched.size(); ++i) {
+      if (one_thread)
+        ASSERT_EQ(batched[i], in_turn[i]) << i;
+      else
+        ASSERT_NEAR(batched[i], in_turn[i], 1e-5 * (1.0 + std::abs(in_turn[i]))) << i;
+    }
+  }
+}
+
 // A finite gradient whose square overflows float: rejected before anything changes, naming the
 // parameter and the block.
 TEST(Shampoo, OverflowingFactorIsRejectedAndChangesNothing) {

@@ -510,7 +510,7 @@ template <class T>
 template <class F>
 void ShampooBlocks<T>::blas_batch(const F& f) {
   if (blocks_.empty()) return;
-  if (!host_batch_) {
+  if (!host_batch_ || !owner_.batch_blocks_on_host()) {
     for (auto& b : blocks_) f(b, false);
     return;
   }

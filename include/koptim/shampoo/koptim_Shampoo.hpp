@@ -128,6 +128,14 @@ class Shampoo : public Optimizer {
   void time_phases(bool on) { time_phases_ = on; }
   bool time_phases() const { return time_phases_; }
 
+  // With host-accessible memory the blocks of each per-block phase run concurrently on the host
+  // threads, each block's single-threaded BLAS calls and element-wise loops on one thread (on by
+  // default). Off: block after block, each operation a kernel or a Kokkos Kernels call, as with
+  // device memory (for comparison, and to test that path on a CPU). The same results either way
+  // (to rounding where a threaded reduction sums in another order).
+  void batch_blocks_on_host(bool on) { batch_blocks_on_host_ = on; }
+  bool batch_blocks_on_host() const { return batch_blocks_on_host_; }
+
   // A block's entries ("<name>/block<b>/...") are kept by the ranks that compute it.
   StatePart state_part(const std::string& key) const override;
   std::shared_ptr<comm::Communicator> communicator() const override { return comm_; }
@@ -144,7 +152,8 @@ class Shampoo : public Optimizer {
   std::shared_ptr<comm::Communicator> comm_, group_comm_;
   std::vector<std::vector<int>> owners_;
   PhaseTimes times_;
-  bool time_phases_ = false;
+  bool time_phases_          = false;
+  bool batch_blocks_on_host_ = true;
   std::unique_ptr<Impl::ShampooBlocks<float>> f32_;
   std::unique_ptr<Impl::ShampooBlocks<double>> f64_;
 };

@@ -184,6 +184,23 @@ int eigh_lapack(const MatrixView& A, const ValuesView& w) {
   return info;
 }
 
+namespace Impl {
+// solve(b) for every matrix b of a batch of m: concurrently on the host execution space's threads
+// (one LAPACK call each, each with its own workspace; dynamic schedule), then a fence; a single
+// matrix is solved on the calling thread, left to a threaded LAPACK.
+template <class Index, class F>
+void lapack_batch(Index m, const F& solve) {
+  if (m > 1) {
+    Kokkos::parallel_for(
+        "koptim::linalg::lapack_eigh_batch",
+        Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace, Kokkos::Schedule<Kokkos::Dynamic>>(0, m), solve);
+    Kokkos::DefaultHostExecutionSpace().fence();
+  } else if (m == 1) {
+    solve(0);
+  }
+}
+}  // namespace Impl
+
 // eigh_lapack on every matrix of a batch (rank 3, batch x n x n, host-accessible); w is
 // batch x n and info(b) receives matrix b's code.
 template <class BatchView, class ValuesView, class InfoView>
@@ -210,16 +227,7 @@ void batched_eigh_lapack(const BatchView& A, const ValuesView& w, const InfoView
     auto wb = Kokkos::subview(w, b, Kokkos::ALL());
     info(b) = eigh_lapack(Ab, wb);
   };
-  // The matrices are solved concurrently on the host execution space's threads (one LAPACK call
-  // each, each with its own workspace); a single matrix is left to a threaded LAPACK.
-  if (nb > 1) {
-    Kokkos::parallel_for(
-        "koptim::linalg::lapack_eigh_batch",
-        Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace, Kokkos::Schedule<Kokkos::Dynamic>>(0, nb), solve);
-    Kokkos::DefaultHostExecutionSpace().fence();
-  } else if (nb == 1) {
-    solve(0);
-  }
+  Impl::lapack_batch(nb, solve);
 }
 
 namespace Impl {

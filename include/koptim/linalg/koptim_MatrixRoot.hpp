@@ -425,8 +425,7 @@ EigenOutcome eigen_roots(const ExecSpace& space, RootWorkspace<typename LView::m
     // i.e. as rows of W, and need no transposition (a strided pass over n^2 entries). The
     // factors were classified finite, so only a shifted diagonal entry can have overflowed:
     // eigh_lapack's check of all n^2 entries is not needed.
-    // The matrices are solved concurrently on the host execution space's threads (one LAPACK
-    // call each, each with its own workspace); a single matrix is left to a threaded BLAS.
+    // The matrices are solved concurrently on the host threads (Impl::lapack_batch).
     const auto solve = [=](const int g) {
       bool finite = true;
       for (int i = 0; i < n; ++i) finite = finite && koptim::Impl::is_finite(Wh(g, i, i));
@@ -435,14 +434,7 @@ EigenOutcome eigen_roots(const ExecSpace& space, RootWorkspace<typename LView::m
       else
         Ih(g) = n == 0 ? 0 : lapack_syevd(n, &Wh(g, 0, 0), n, &Eh(g, 0));
     };
-    if (m > 1) {
-      Kokkos::parallel_for(
-          "koptim::linalg::lapack_eigh_batch",
-          Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace, Kokkos::Schedule<Kokkos::Dynamic>>(0, m), solve);
-      Kokkos::DefaultHostExecutionSpace().fence();
-    } else if (m == 1) {
-      solve(0);
-    }
+    Impl::lapack_batch(m, solve);
     Kokkos::deep_copy(W, Wh);
     Kokkos::deep_copy(E, Eh);
     Kokkos::deep_copy(info, Ih);

@@ -49,8 +49,7 @@ std::vector<double> host_values(const Kokkos::View<T*>& v) {
   return std::vector<double>(h.data(), h.data() + h.size());
 }
 
-constexpr bool host_memory =
-    Kokkos::SpaceAccessibility<Kokkos::HostSpace, Kokkos::DefaultExecutionSpace::memory_space>::accessible;
+constexpr bool host_memory = Kokkos::SpaceAccessibility<Kokkos::HostSpace, koptim::MemorySpace>::accessible;
 
 template <class T>
 void check_mode_products(double tol) {

@@ -113,16 +113,13 @@ void each_element(bool serial, const char* label, std::int64_t n, const F& body)
 }
 
 // The lanes of the sum over a block of f(e) into result (a Lanes in device memory): as a
-// kernel, or serially in the same lanes (the same sum as the kernel on one thread).
+// kernel, or serially in the same lanes.
 template <class F, class Result>
 void lane_sum_into(bool serial, const char* label, std::int64_t n, const F& f, const Result& result) {
-  if (!serial) {
+  if (serial)
+    result() = Impl::lane_sum_serial(n, f);
+  else
     Impl::lane_sum_into(label, n, f, result);
-    return;
-  }
-  Impl::Lanes<double, Impl::Plus> acc;
-  for (std::int64_t e = 0; e < n; ++e) acc.add(static_cast<int>(e % Impl::reduction_lanes), f(e));
-  result() = acc;
 }
 
 // X(a) = V(a) for every matrix a whose eigendecomposition succeeded (info(a) = 0), in one kernel
@@ -232,7 +229,7 @@ class ShampooBlocks {
   // serial: the host-serial form, on the calling thread (inside blas_batch's parallel loop).
   void precondition(BlockState<T>& b, const Vec<T>& in, const Vec<T>& out, const Vec<T>& spare, bool inverse_rotation,
                     bool serial);
-  // f(block, serial) for every owned block: the BLAS work of one phase. With host memory, the
+  // f(bi, serial) for every owned block bi: the BLAS work of one phase. With host memory, the
   // blocks run concurrently on the host threads, each with single-threaded BLAS calls (serial =
   // true; no kernel, no fence inside), between one fence before and one after; elsewhere in
   // turn, each block's products through Kokkos Kernels.
@@ -420,7 +417,8 @@ void ShampooBlocks<T>::accumulate(std::int64_t t) {
   const bool separate = b3_ != b1_;
   const T b1 = static_cast<T>(b1_), one_minus_b1 = static_cast<T>(1.0 - b1_), b3 = static_cast<T>(b3_),
           one_minus_b3 = static_cast<T>(1.0 - b3_);
-  blas_batch([&](BlockState<T>& b, bool serial) {
+  blas_batch([&](std::size_t bi, bool serial) {
+    auto& b      = blocks_[bi];
     const auto g = b.g;
     // Factors: L_j <- b2 L_j + w G_(j) G_(j)^T.
     for (int j = 0; j < static_cast<int>(b.factors.size()); ++j) {
@@ -465,7 +463,8 @@ template <class T>
 void ShampooBlocks<T>::correct() {
   if (!o_.eigenvalue_corrected) return;
   const T factor_w = static_cast<T>(factor_w_), b2 = static_cast<T>(b2_);
-  blas_batch([&](BlockState<T>& b, bool serial) {
+  blas_batch([&](std::size_t bi, bool serial) {
+    auto& b = blocks_[bi];
     precondition(b, b.g, b.p, b.q, false, serial);  // b.p = R
     const auto E = b.correction, R = b.p;
     each_element(
@@ -511,14 +510,14 @@ template <class F>
 void ShampooBlocks<T>::blas_batch(const F& f) {
   if (blocks_.empty()) return;
   if (!host_batch_ || !owner_.batch_blocks_on_host()) {
-    for (auto& b : blocks_) f(b, false);
+    for (std::size_t bi = 0; bi < blocks_.size(); ++bi) f(bi, false);
     return;
   }
   linalg::host_blas_fence("before a batch of blocks");  // kernels wrote the inputs
   Kokkos::parallel_for(
       "koptim::Shampoo::blas_batch",
       Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace, Kokkos::Schedule<Kokkos::Dynamic>>(0, blocks_.size()),
-      [&](const std::size_t bi) { f(blocks_[bi], true); });
+      [&](const std::size_t bi) { f(bi, true); });
   linalg::host_blas_fence("after a batch of blocks");  // before kernels read the results
 }
 
@@ -649,8 +648,8 @@ void ShampooBlocks<T>::apply(std::int64_t t, const std::vector<double>& lrs, con
   const T inv_bc = static_cast<T>(1.0 / bc), eps = static_cast<T>(o_.epsilon);
   const bool nesterov = o_.use_nesterov;
   const T mu = static_cast<T>(o_.momentum), one_minus_d = static_cast<T>(1.0 - o_.dampening);
-  blas_batch([&](BlockState<T>& b, bool serial) {
-    const std::size_t bi = static_cast<std::size_t>(&b - blocks_.data());
+  blas_batch([&](std::size_t bi, bool serial) {
+    auto& b              = blocks_[bi];
     const Parameter& prm = ps_[b.param];
     const auto mhat = b.mhat, p = b.p, q = b.q, w = b.w;
     // Grafting direction P_g into q.

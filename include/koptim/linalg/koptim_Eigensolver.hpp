@@ -112,6 +112,12 @@ void check_square(const View2& A, const char* who, const char* name) {
   }
 }
 
+// LAPACK takes the order n (and workspaces of about 2n^2) as an int.
+inline void check_lapack_order(std::size_t n, const char* who) {
+  if (n > static_cast<std::size_t>(std::numeric_limits<int>::max() / 2))
+    throw koptim::ShapeError(std::string(who) + ": n = " + std::to_string(n) + " exceeds LAPACK's int");
+}
+
 }  // namespace Impl
 
 // Eigendecomposition of the symmetric matrix A (host-accessible, rank 2, float or double,
@@ -135,9 +141,7 @@ int eigh_lapack(const MatrixView& A, const ValuesView& w) {
     throw koptim::ShapeError("koptim::linalg::eigh_lapack: w has length " + std::to_string(w.extent(0)) +
                              ", expected " + std::to_string(n));
   }
-  if (n > static_cast<std::size_t>(std::numeric_limits<int>::max() / 2)) {
-    throw koptim::ShapeError("koptim::linalg::eigh_lapack: n = " + std::to_string(n) + " exceeds LAPACK's int");
-  }
+  Impl::check_lapack_order(n, "koptim::linalg::eigh_lapack");
   if (n == 0) return 0;
   const int ni = static_cast<int>(n);
 
@@ -218,10 +222,8 @@ void batched_eigh_lapack(const BatchView& A, const ValuesView& w, const InfoView
                              std::to_string(w.extent(0)) + " x " + std::to_string(w.extent(1)) + ", info " +
                              std::to_string(info.extent(0)));
   }
-  if (A.extent(1) > static_cast<std::size_t>(std::numeric_limits<int>::max() / 2)) {
-    throw koptim::ShapeError("koptim::linalg::batched_eigh_lapack: n = " + std::to_string(A.extent(1)) +
-                             " exceeds LAPACK's int");
-  }
+  // Before the parallel loop: nothing may throw inside it.
+  Impl::check_lapack_order(A.extent(1), "koptim::linalg::batched_eigh_lapack");
   const auto solve = [=](const std::size_t b) {
     auto Ab = Kokkos::subview(A, b, Kokkos::ALL(), Kokkos::ALL());
     auto wb = Kokkos::subview(w, b, Kokkos::ALL());

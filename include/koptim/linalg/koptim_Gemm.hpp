@@ -63,33 +63,35 @@ void gram_lower(const T* G, std::int64_t pre, std::int64_t dim, std::int64_t pos
 
 // The upper triangle of the d x d matrix L (host memory) set from its lower triangle, in tiles
 // of 32 x 32: the strided reads of a tile stay in cache while its columns are written.
+constexpr std::int64_t mirror_tile = 32;
+
+// Tile (ti, tj), ti <= tj, of the upper triangle.
+template <class T>
+void mirror_lower_tile(T* L, std::int64_t d, std::int64_t ti, std::int64_t tj) {
+  const std::int64_t i_end = std::min(d, (ti + 1) * mirror_tile), j_end = std::min(d, (tj + 1) * mirror_tile);
+  for (std::int64_t j = tj * mirror_tile; j < j_end; ++j)
+    for (std::int64_t i = ti * mirror_tile; i < std::min(i_end, j); ++i) L[i + j * d] = L[j + i * d];
+}
+
+// The tiles in parallel on the host execution space.
 template <class T>
 void mirror_lower(T* L, std::int64_t d) {
-  constexpr std::int64_t tile = 32;
-  const std::int64_t tiles    = (d + tile - 1) / tile;
+  const std::int64_t tiles = (d + mirror_tile - 1) / mirror_tile;
   Kokkos::parallel_for("koptim::linalg::mirror_lower",
                        Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, tiles * tiles),
                        [=](const std::int64_t t) {
-                         const std::int64_t ti = t / tiles, tj = t % tiles;  // tile row and column; upper tiles only
-                         if (ti > tj) return;
-                         const std::int64_t i_end = std::min(d, (ti + 1) * tile), j_end = std::min(d, (tj + 1) * tile);
-                         for (std::int64_t j = tj * tile; j < j_end; ++j) {
-                           for (std::int64_t i = ti * tile; i < std::min(i_end, j); ++i) L[i + j * d] = L[j + i * d];
-                         }
+                         const std::int64_t ti = t / tiles, tj = t % tiles;  // upper tiles only
+                         if (ti <= tj) mirror_lower_tile(L, d, ti, tj);
                        });
 }
 
-// The same on the calling thread alone (no kernel: the host-serial products below run inside a
+// The tiles on the calling thread alone (no kernel: the host-serial products below run inside a
 // parallel loop over blocks).
 template <class T>
 void mirror_lower_serial(T* L, std::int64_t d) {
-  constexpr std::int64_t tile = 32;
-  for (std::int64_t tj = 0; tj < d; tj += tile)
-    for (std::int64_t ti = 0; ti <= tj; ti += tile) {
-      const std::int64_t i_end = std::min(d, ti + tile), j_end = std::min(d, tj + tile);
-      for (std::int64_t j = tj; j < j_end; ++j)
-        for (std::int64_t i = ti; i < std::min(i_end, j); ++i) L[i + j * d] = L[j + i * d];
-    }
+  const std::int64_t tiles = (d + mirror_tile - 1) / mirror_tile;
+  for (std::int64_t tj = 0; tj < tiles; ++tj)
+    for (std::int64_t ti = 0; ti <= tj; ++ti) mirror_lower_tile(L, d, ti, tj);
 }
 
 // Before a host BLAS call reads what kernels wrote, and after it, before kernels of another

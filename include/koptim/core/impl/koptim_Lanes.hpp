@@ -95,6 +95,19 @@ KOKKOS_INLINE_FUNCTION double team_lane_sum(const Member& team, std::int64_t n, 
   return sum.result();
 }
 
+// Chunk `chunk` of [0, n) into acc: element first + l goes to lane l (first = chunk *
+// reduction_lanes). The one rule of lane_sum_into and lane_sum_serial.
+template <class F>
+KOKKOS_INLINE_FUNCTION void add_lane_chunk(Lanes<double, Plus>& acc, std::int64_t chunk, std::int64_t n, const F& f) {
+  constexpr int W          = reduction_lanes;
+  const std::int64_t first = chunk * W;
+  if (first + W <= n) {
+    for (int l = 0; l < W; ++l) acc.add(l, f(first + l));
+  } else {
+    for (int l = 0; l < n - first; ++l) acc.add(l, f(first + l));
+  }
+}
+
 // The lanes of the sum over i in [0, n) of f(i), in double, as one kernel over the default
 // execution space (chunks of reduction_lanes elements per iteration), into `result`: a View the
 // host does not wait for when it is in device memory, or a Lanes value.
@@ -103,15 +116,17 @@ void lane_sum_into(const char* label, std::int64_t n, const F& f, Result&& resul
   constexpr int W = reduction_lanes;
   Kokkos::parallel_reduce(
       label, Kokkos::RangePolicy<ExecutionSpace>(0, (n + W - 1) / W),
-      KOKKOS_LAMBDA(const std::int64_t chunk, Lanes<double, Plus>& acc) {
-        const std::int64_t first = chunk * W;
-        if (first + W <= n) {
-          for (int l = 0; l < W; ++l) acc.add(l, f(first + l));
-        } else {
-          for (int l = 0; l < n - first; ++l) acc.add(l, f(first + l));
-        }
-      },
-      result);
+      KOKKOS_LAMBDA(const std::int64_t chunk, Lanes<double, Plus>& acc) { add_lane_chunk(acc, chunk, n, f); }, result);
+}
+
+// The same lanes on the calling thread, no kernel (inside a parallel loop of the host): the
+// kernel's result on one thread, to the bit.
+template <class F>
+Lanes<double, Plus> lane_sum_serial(std::int64_t n, const F& f) {
+  constexpr int W = reduction_lanes;
+  Lanes<double, Plus> acc;
+  for (std::int64_t chunk = 0; chunk < (n + W - 1) / W; ++chunk) add_lane_chunk(acc, chunk, n, f);
+  return acc;
 }
 
 // The sum over i in [0, n) of f(i), in double (lane_sum_into, then the lanes in order).

@@ -1,7 +1,8 @@
-// The only place where koptim calls LAPACK and BLAS directly (syrk, which Kokkos Kernels lacks; gemm for the
-// host-serial products that a batch of blocks runs on several host threads at once). The Fortran
-// prototypes are declared here rather than taken from lapacke, so a plain -llapack is enough; they stay out of the
-// public headers so that they cannot clash with a user's own LAPACK declarations.
+// The only place where koptim calls LAPACK and BLAS directly (syevd; geqrf and orgqr for the QR refresh of
+// eigenbases; syrk, which Kokkos Kernels lacks; gemm for the host-serial products that a batch of blocks runs on
+// several host threads at once). The Fortran prototypes are declared here rather than taken from lapacke, so a plain
+// -llapack is enough; they stay out of the public headers so that they cannot clash with a user's own LAPACK
+// declarations.
 #include <koptim/linalg/koptim_Eigensolver.hpp>
 #include <koptim/linalg/koptim_Gemm.hpp>
 
@@ -25,6 +26,14 @@ void dgemm_(const char* ta, const char* tb, const int* m, const int* n, const in
             const int* ldc, std::size_t ta_len, std::size_t tb_len);
 void dsyrk_(const char* uplo, const char* trans, const int* n, const int* k, const double* alpha, const double* a,
             const int* lda, const double* beta, double* c, const int* ldc, std::size_t uplo_len, std::size_t trans_len);
+void sgeqrf_(const int* m, const int* n, float* a, const int* lda, float* tau, float* work, const int* lwork,
+             int* info);
+void dgeqrf_(const int* m, const int* n, double* a, const int* lda, double* tau, double* work, const int* lwork,
+             int* info);
+void sorgqr_(const int* m, const int* n, const int* k, float* a, const int* lda, const float* tau, float* work,
+             const int* lwork, int* info);
+void dorgqr_(const int* m, const int* n, const int* k, double* a, const int* lda, const double* tau, double* work,
+             const int* lwork, int* info);
 }
 
 namespace koptim {
@@ -57,7 +66,32 @@ int syevd(F fn, int n, T* a, int lda, T* w) {
   return info;
 }
 
+// Q of A = QR (Householder: ?geqrf, then ?orgqr forms Q in place), n x n, column-major.
+template <class T, class Geqrf, class Orgqr>
+int qr_q(Geqrf geqrf, Orgqr orgqr, int n, T* a, int lda) {
+  int info = 0, lwork = -1;
+  T q1 = 0, q2 = 0;
+  // Kept per host thread between calls (the refresh runs one matrix per thread, many per step).
+  static thread_local std::vector<T> tau, work;
+  tau.resize(static_cast<std::size_t>(n));
+  geqrf(&n, &n, a, &lda, tau.data(), &q1, &lwork, &info);
+  if (info != 0) return info;
+  orgqr(&n, &n, &n, a, &lda, tau.data(), &q2, &lwork, &info);
+  if (info != 0) return info;
+  // The queried sizes come back as reals (exact far beyond any n here); at least n, the minimum.
+  const long long lq = static_cast<long long>(q1 > q2 ? q1 : q2) + 1;
+  lwork              = static_cast<int>(lq > n ? lq : n);
+  if (work.size() < static_cast<std::size_t>(lwork)) work.resize(static_cast<std::size_t>(lwork));
+  geqrf(&n, &n, a, &lda, tau.data(), work.data(), &lwork, &info);
+  if (info != 0) return info;
+  orgqr(&n, &n, &n, a, &lda, tau.data(), work.data(), &lwork, &info);
+  return info;
+}
+
 }  // namespace
+
+int lapack_qr_q(int n, float* a, int lda) { return qr_q<float>(sgeqrf_, sorgqr_, n, a, lda); }
+int lapack_qr_q(int n, double* a, int lda) { return qr_q<double>(dgeqrf_, dorgqr_, n, a, lda); }
 
 int lapack_syevd(int n, float* a, int lda, float* w) { return syevd<float>(ssyevd_, n, a, lda, w); }
 int lapack_syevd(int n, double* a, int lda, double* w) { return syevd<double>(dsyevd_, n, a, lda, w); }

@@ -1,0 +1,184 @@
+// A warm-started refresh of an eigenbasis by orthogonal iteration (the "QR algorithm" that SOAP and
+// the eigenvalue-corrected Shampoo of distributed_shampoo use between exact eigendecompositions):
+// cheaper than a full symmetric eigensolver when the matrix has moved little since its eigenvectors
+// were last computed, as a preconditioner's factor between two refreshes.
+//
+// For a symmetric A and V, the previous eigenvectors as columns (V(i,k) is entry i of vector k,
+// orthonormal):
+//   B = V^T A V; while iterations < max_iterations and ||B - diag(B)||_F > tolerance ||B||_F:
+//     V <- Q of the Householder QR decomposition of A V (one step of orthogonal iteration),
+//     B = V^T A V;
+//   then the columns of V are put in ascending order of diag(B), the eigenvalue estimates (a stable
+//   sort, so that equal estimates keep their order). When the first test passes, no QR is done and
+//   only the order may change. For an orthonormal V, ||B||_F = ||A||_F and ||A - V diag(B) V^T||_F =
+//   ||B - diag(B)||_F: the test bounds the relative error of the approximation A ~ V diag(B) V^T.
+//   The signs of the columns are LAPACK's (a column may come back negated; the preconditioners that
+//   use these bases do not depend on the signs).
+//
+// Host-accessible memory only (LAPACK ?geqrf/?orgqr and BLAS ?gemm, one matrix per host thread).
+#ifndef KOPTIM_LINALG_EIGENBASISQR_HPP
+#define KOPTIM_LINALG_EIGENBASISQR_HPP
+
+#include <koptim/linalg/koptim_Eigensolver.hpp>
+#include <koptim/linalg/koptim_Gemm.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <string>
+#include <vector>
+
+namespace koptim {
+namespace linalg {
+
+struct QrRefreshOptions {
+  int max_iterations = 1;     // QR steps at most, >= 0 (0: only the ordering)
+  double tolerance   = 0.01;  // in [0, 1]: the relative off-diagonal norm of B that counts as converged
+};
+
+// The code of a refresh whose result was not finite (A V overflowed): V is kept.
+constexpr int eigenbasis_info_nonfinite_result = 2;
+
+namespace Impl {
+
+// Q of A = QR (n x n, column-major, leading dimension lda), in place; LAPACK's info.
+int lapack_qr_q(int n, float* a, int lda);
+int lapack_qr_q(int n, double* a, int lda);
+
+// One matrix, all column-major n x n: a (symmetric, both triangles), v (orthonormal columns; replaced
+// on success), work (3 n^2). Returns 0, LAPACK's info or eigenbasis_info_nonfinite_result (v then
+// unchanged); iterations receives the QR steps done.
+template <class T>
+int eigenbasis_qr_one(int n, const T* a, T* v, T* work, const QrRefreshOptions& o, int& iterations) {
+  iterations           = 0;
+  const std::size_t nn = static_cast<std::size_t>(n) * n;
+  T* const q           = work;    // the current basis
+  T* const p           = q + nn;  // A q
+  T* const b           = p + nn;  // q^T A q
+  std::copy(v, v + nn, q);
+  // p = A q (false when it is not finite: no QR of an overflowed product), and b = q^T p if full.
+  const auto estimate = [&](bool full) {
+    blas_gemm('N', 'N', n, n, n, T(1), a, n, q, n, T(0), p, n);
+    for (std::size_t e = 0; e < nn; ++e)
+      if (!koptim::Impl::is_finite(p[e])) return false;
+    if (full) blas_gemm('T', 'N', n, n, n, T(1), q, n, p, n, T(0), b, n);
+    return true;
+  };
+  const auto converged = [&]() {
+    double all = 0.0, off = 0.0;
+    for (int j = 0; j < n; ++j) {
+      for (int i = 0; i < n; ++i) {
+        const double x = b[i + static_cast<std::size_t>(j) * n];
+        all += x * x;
+        if (i != j) off += x * x;
+      }
+    }
+    return std::sqrt(off) <= o.tolerance * std::sqrt(all);
+  };
+  if (!estimate(o.max_iterations > 0)) return eigenbasis_info_nonfinite_result;
+  while (iterations < o.max_iterations && !converged()) {
+    std::copy(p, p + nn, q);
+    const int info = lapack_qr_q(n, q, n);
+    if (info != 0) return info;
+    ++iterations;
+    // B only when another test follows.
+    if (!estimate(iterations < o.max_iterations)) return eigenbasis_info_nonfinite_result;
+  }
+  // The estimates diag(q^T A q): column k of q against column k of A q.
+  std::vector<double> d(static_cast<std::size_t>(n));
+  for (int k = 0; k < n; ++k) {
+    double s = 0.0;
+    for (int i = 0; i < n; ++i)
+      s += static_cast<double>(q[i + static_cast<std::size_t>(k) * n]) * p[i + static_cast<std::size_t>(k) * n];
+    d[k] = s;
+  }
+  for (std::size_t e = 0; e < nn; ++e)
+    if (!koptim::Impl::is_finite(q[e])) return eigenbasis_info_nonfinite_result;
+  for (double x : d)
+    if (!std::isfinite(x)) return eigenbasis_info_nonfinite_result;
+  std::vector<int> order(static_cast<std::size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return d[x] < d[y]; });
+  for (int k = 0; k < n; ++k)
+    std::copy(q + static_cast<std::size_t>(order[k]) * n, q + static_cast<std::size_t>(order[k] + 1) * n,
+              v + static_cast<std::size_t>(k) * n);
+  return 0;
+}
+
+}  // namespace Impl
+
+// The refresh above for every matrix of a batch: A (batch x n x n, symmetric; only its lower
+// triangle, in A's own indexing, is read) and V (batch x n x n, V(b,i,k) entry i of vector k of
+// matrix b, replaced where info(b) = 0) in host-accessible memory; info(b) receives 0, LAPACK's
+// info, eigh_info_nonfinite_input (A held a NaN or Inf) or eigenbasis_info_nonfinite_result, and
+// iterations(b) the QR steps done. The matrices run concurrently on the host threads.
+template <class BatchView, class VectorsView, class InfoView, class IterationsView>
+void batched_eigenbasis_qr(const BatchView& A, const VectorsView& V, const InfoView& info,
+                           const IterationsView& iterations, const QrRefreshOptions& o = {}) {
+  using T = typename VectorsView::non_const_value_type;
+  static_assert(Kokkos::is_view<BatchView>::value && BatchView::rank == 3 && Kokkos::is_view<VectorsView>::value &&
+                    VectorsView::rank == 3,
+                "batched_eigenbasis_qr: A and V must be rank-3 Views (batch x n x n)");
+  static_assert(InfoView::rank == 1 && IterationsView::rank == 1,
+                "batched_eigenbasis_qr: info and iterations must be rank 1");
+  static_assert(Impl::is_lapack_scalar<T>::value, "batched_eigenbasis_qr: the scalar type must be float or double");
+  static_assert(Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename BatchView::memory_space>::accessible &&
+                    Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename VectorsView::memory_space>::accessible,
+                "batched_eigenbasis_qr: A and V must be in host-accessible memory");
+  koptim::Impl::ScopedRegion region("koptim::linalg::batched_eigenbasis_qr");
+  const std::size_t nb = A.extent(0), n = A.extent(1);
+  if (A.extent(2) != n || V.extent(0) != nb || V.extent(1) != n || V.extent(2) != n || info.extent(0) != nb ||
+      iterations.extent(0) != nb) {
+    throw koptim::ShapeError("koptim::linalg::batched_eigenbasis_qr: extents do not match: A " + std::to_string(nb) +
+                             " x " + std::to_string(n) + " x " + std::to_string(A.extent(2)) + ", V " +
+                             std::to_string(V.extent(0)) + " x " + std::to_string(V.extent(1)) + " x " +
+                             std::to_string(V.extent(2)) + ", info " + std::to_string(info.extent(0)) +
+                             ", iterations " + std::to_string(iterations.extent(0)));
+  }
+  if (o.max_iterations < 0 || !(o.tolerance >= 0.0 && o.tolerance <= 1.0)) {
+    throw koptim::ConfigError(
+        "koptim::linalg::batched_eigenbasis_qr: max_iterations = " + std::to_string(o.max_iterations) +
+        ", tolerance = " + Impl::num(o.tolerance) + "; allowed: max_iterations >= 0 and tolerance in [0, 1]");
+  }
+  // Before the parallel loop: nothing may throw inside it.
+  Impl::check_lapack_order(n, "koptim::linalg::batched_eigenbasis_qr");
+  const auto solve = [=](const std::size_t m) {
+    iterations(m) = 0;
+    if (n == 0) {
+      info(m) = 0;
+      return;
+    }
+    const std::size_t nn = n * n;
+    // One buffer per host thread, kept between calls: a fresh 5 n^2 allocation per matrix (320 KB
+    // at n = 128, page faults included) cost as much as a GEMM.
+    static thread_local std::vector<T> buf;
+    if (buf.size() < 5 * nn) buf.resize(5 * nn);
+    T* const a = buf.data();
+    T* const v = a + nn;
+    for (std::size_t j = 0; j < n; ++j) {
+      for (std::size_t i = j; i < n; ++i) {
+        const T x = static_cast<T>(A(m, i, j));
+        if (!koptim::Impl::is_finite(x)) {
+          info(m) = eigh_info_nonfinite_input;
+          return;
+        }
+        a[i + j * n] = a[j + i * n] = x;
+      }
+    }
+    for (std::size_t k = 0; k < n; ++k)
+      for (std::size_t i = 0; i < n; ++i) v[i + k * n] = V(m, i, k);
+    int it        = 0;
+    const int rc  = Impl::eigenbasis_qr_one<T>(static_cast<int>(n), a, v, v + nn, o, it);
+    info(m)       = rc;
+    iterations(m) = it;
+    if (rc != 0) return;
+    for (std::size_t k = 0; k < n; ++k)
+      for (std::size_t i = 0; i < n; ++i) V(m, i, k) = v[i + k * n];
+  };
+  Impl::lapack_batch(nb, solve);
+}
+
+}  // namespace linalg
+}  // namespace koptim
+
+#endif

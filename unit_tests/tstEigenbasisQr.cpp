@@ -1,0 +1,216 @@
+// linalg::batched_eigenbasis_qr, the warm-started refresh of eigenbases (orthogonal iteration):
+// against closed forms (the [-1, 2, -1] matrix's eigenvectors, a plane rotation of a diagonal
+// matrix whose off-diagonal norm is known) and a brute-force oracle (the power step A V and a
+// Gram-Schmidt orthonormalisation in long double: the QR factor is unique up to column signs).
+#include <koptim/linalg/koptim_EigenbasisQr.hpp>
+
+#include "koptim_TestDense.hpp"
+
+#include <gtest/gtest.h>
+
+#include <Kokkos_Core.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+using koptim::linalg::batched_eigenbasis_qr;
+using koptim::linalg::QrRefreshOptions;
+using koptim_test::Dense;
+
+template <class T>
+using Batch = Kokkos::View<T***, Kokkos::LayoutRight, Kokkos::HostSpace>;
+
+struct Run {
+  std::vector<int> info, iterations;
+};
+
+// A and V (column k of V(b) = vector k) for every matrix b, then the refresh.
+template <class T>
+Run refresh(const std::vector<Dense>& A, Batch<T>& V, const QrRefreshOptions& o) {
+  const int nb = static_cast<int>(A.size()), n = A.empty() ? 0 : A[0].n;
+  Batch<T> a("A", nb, n, n);
+  for (int b = 0; b < nb; ++b)
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < n; ++j) a(b, i, j) = static_cast<T>(A[b](i, j));
+  Kokkos::View<int*, Kokkos::HostSpace> info("info", nb), it("iterations", nb);
+  batched_eigenbasis_qr(a, V, info, it, o);
+  Run r;
+  for (int b = 0; b < nb; ++b) {
+    r.info.push_back(info(b));
+    r.iterations.push_back(it(b));
+  }
+  return r;
+}
+
+// The closed-form eigenvectors of tridiagonal(n), ascending (or descending) eigenvalues.
+template <class T>
+Batch<T> tridiagonal_basis(int n, bool descending) {
+  Batch<T> V("V", 1, n, n);
+  for (int k = 0; k < n; ++k)
+    for (int i = 0; i < n; ++i)
+      V(0, i, descending ? n - 1 - k : k) = static_cast<T>(koptim_test::tridiagonal_vector(n, i, k));
+  return V;
+}
+
+template <class T>
+void exact_basis_needs_no_step() {
+  const int n        = 9;
+  const auto A       = koptim_test::tridiagonal(n);
+  const auto ordered = tridiagonal_basis<T>(n, false);
+  for (const bool descending : {false, true}) {
+    auto V = tridiagonal_basis<T>(n, descending);
+    QrRefreshOptions o;
+    o.tolerance  = std::is_same<T, float>::value ? 1e-5 : 1e-12;
+    const auto r = refresh<T>({A}, V, o);
+    EXPECT_EQ(r.info[0], 0);
+    EXPECT_EQ(r.iterations[0], 0);
+    // Only the order changes: the same numbers, bit for bit, in ascending order.
+    for (int i = 0; i < n; ++i)
+      for (int k = 0; k < n; ++k) ASSERT_EQ(V(0, i, k), ordered(0, i, k)) << descending << " " << i << " " << k;
+  }
+}
+TEST(EigenbasisQr, ExactBasisNeedsNoStepOnlyTheOrderDouble) { exact_basis_needs_no_step<double>(); }
+TEST(EigenbasisQr, ExactBasisNeedsNoStepOnlyTheOrderFloat) { exact_basis_needs_no_step<float>(); }
+
+// One step against the oracle: Q = GramSchmidt(A V) (long double), columns ordered by q^T A q.
+template <class T>
+void one_step_is_orthogonal_iteration() {
+  std::mt19937 gen(11);
+  const int n = 7, nb = 3;
+  std::vector<Dense> A;
+  for (int b = 0; b < nb; ++b) A.push_back(koptim_test::random_spd(n, gen, 1.0, 0.25 * n));
+  // Start: the [-1, 2, -1] basis, orthonormal and far from A's eigenvectors.
+  Batch<T> V("V", nb, n, n);
+  const auto start = tridiagonal_basis<T>(n, false);
+  for (int b = 0; b < nb; ++b)
+    for (int i = 0; i < n; ++i)
+      for (int k = 0; k < n; ++k) V(b, i, k) = start(0, i, k);
+  QrRefreshOptions o;
+  o.tolerance      = 0.0;
+  const auto r     = refresh<T>(A, V, o);
+  const double tol = std::is_same<T, float>::value ? 2e-4 : 1e-11;
+  for (int b = 0; b < nb; ++b) {
+    EXPECT_EQ(r.info[b], 0);
+    EXPECT_EQ(r.iterations[b], 1);
+    // P = A V0, then modified Gram-Schmidt twice.
+    std::vector<std::vector<long double>> q(n, std::vector<long double>(n, 0.0L));
+    for (int k = 0; k < n; ++k)
+      for (int i = 0; i < n; ++i)
+        for (int j = 0; j < n; ++j) q[k][i] += static_cast<long double>(A[b](i, j)) * start(0, j, k);
+    for (int k = 0; k < n; ++k) {
+      for (int pass = 0; pass < 2; ++pass) {
+        for (int l = 0; l < k; ++l) {
+          long double d = 0;
+          for (int i = 0; i < n; ++i) d += q[l][i] * q[k][i];
+          for (int i = 0; i < n; ++i) q[k][i] -= d * q[l][i];
+        }
+      }
+      long double nrm = 0;
+      for (int i = 0; i < n; ++i) nrm += q[k][i] * q[k][i];
+      for (int i = 0; i < n; ++i) q[k][i] /= std::sqrt(nrm);
+    }
+    std::vector<long double> est(n, 0.0L);
+    for (int k = 0; k < n; ++k)
+      for (int i = 0; i < n; ++i)
+        for (int j = 0; j < n; ++j) est[k] += q[k][i] * A[b](i, j) * q[k][j];
+    std::vector<int> order(n);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return est[x] < est[y]; });
+    for (int k = 0; k < n; ++k) {
+      const auto& e   = q[order[k]];
+      long double dot = 0;
+      for (int i = 0; i < n; ++i) dot += e[i] * V(b, i, k);
+      const long double sign = dot < 0 ? -1.0L : 1.0L;
+      for (int i = 0; i < n; ++i)
+        EXPECT_NEAR(static_cast<double>(V(b, i, k)), static_cast<double>(sign * e[i]), tol)
+            << "matrix " << b << " column " << k << " entry " << i;
+    }
+  }
+}
+TEST(EigenbasisQr, OneStepIsOrthogonalIterationDouble) { one_step_is_orthogonal_iteration<double>(); }
+TEST(EigenbasisQr, OneStepIsOrthogonalIterationFloat) { one_step_is_orthogonal_iteration<float>(); }
+
+// From the identity, repeated steps converge to the closed-form eigenvectors of tridiagonal(6)
+// (eigenvalue ratio at most 0.854 per step: about 150 steps to 1e-10).
+TEST(EigenbasisQr, ConvergesToTheEigenvectors) {
+  const int n = 6;
+  Batch<double> V("V", 1, n, n);
+  for (int i = 0; i < n; ++i) V(0, i, i) = 1.0;
+  QrRefreshOptions o;
+  o.max_iterations = 1000;
+  o.tolerance      = 1e-10;
+  const auto r     = refresh<double>({koptim_test::tridiagonal(n)}, V, o);
+  EXPECT_EQ(r.info[0], 0);
+  EXPECT_GT(r.iterations[0], 50);
+  EXPECT_LT(r.iterations[0], 1000);
+  for (int k = 0; k < n; ++k) {
+    double dot = 0;
+    for (int i = 0; i < n; ++i) dot += V(0, i, k) * koptim_test::tridiagonal_vector(n, i, k);
+    EXPECT_NEAR(std::fabs(dot), 1.0, 1e-9) << k;
+  }
+}
+
+// D = diag(1, 2, 3, 4) seen through a rotation by theta in the plane of e0 and e1: B = V^T D V has
+// off-diagonal norm sqrt(2) |sin cos| (2 - 1) and ||B||_F = sqrt(30). The tolerance decides, on
+// either side of that ratio.
+TEST(EigenbasisQr, ToleranceDecidesAtTheClosedFormRatio) {
+  const int n = 4;
+  Dense D(n);
+  for (int i = 0; i < n; ++i) D(i, i) = i + 1.0;
+  const double th = 0.3, c = std::cos(th), s = std::sin(th);
+  const double ratio = std::sqrt(2.0) * std::fabs(s * c) / std::sqrt(30.0);
+  for (const double f : {1.0 + 1e-9, 1.0 - 1e-9}) {
+    Batch<double> V("V", 1, n, n);
+    V(0, 0, 0) = c;
+    V(0, 1, 0) = s;
+    V(0, 0, 1) = -s;
+    V(0, 1, 1) = c;
+    V(0, 2, 2) = V(0, 3, 3) = 1.0;
+    QrRefreshOptions o;
+    o.tolerance  = ratio * f;
+    const auto r = refresh<double>({D}, V, o);
+    EXPECT_EQ(r.info[0], 0);
+    EXPECT_EQ(r.iterations[0], f > 1.0 ? 0 : 1) << f;
+  }
+}
+
+// A NaN in the input is reported and V kept; a zero matrix is already "converged" and keeps V; a
+// result that overflows is reported and V kept; bad options and extents are refused.
+TEST(EigenbasisQr, ReportsAndKeepsTheBasis) {
+  const int n = 4;
+  Dense nan   = koptim_test::tridiagonal(n), zero(n), huge(n);
+  nan(2, 1)   = std::nan("");
+  for (auto& x : huge.a) x = 1e308;
+  Batch<double> V("V", 3, n, n);
+  for (int b = 0; b < 3; ++b)
+    for (int i = 0; i < n; ++i)
+      for (int k = 0; k < n; ++k) V(b, i, k) = 0.5 * ((i * k) % 2 == 0 || i == 0 ? 1.0 : -1.0);
+  Batch<double> before("before", 3, n, n);
+  Kokkos::deep_copy(before, V);
+  QrRefreshOptions o;
+  o.tolerance  = 0.0;
+  const auto r = refresh<double>({nan, zero, huge}, V, o);
+  EXPECT_EQ(r.info[0], koptim::linalg::eigh_info_nonfinite_input);
+  EXPECT_EQ(r.info[1], 0);
+  EXPECT_EQ(r.iterations[1], 0);
+  EXPECT_NE(r.info[2], 0);
+  for (int b = 0; b < 3; ++b)
+    for (int i = 0; i < n; ++i)
+      for (int k = 0; k < n; ++k) ASSERT_EQ(V(b, i, k), before(b, i, k)) << b;
+
+  Batch<double> a("A", 3, n, n);
+  Kokkos::View<int*, Kokkos::HostSpace> info("info", 3), it("it", 2);
+  EXPECT_THROW(batched_eigenbasis_qr(a, V, info, it), koptim::ShapeError);
+  Kokkos::View<int*, Kokkos::HostSpace> it3("it", 3);
+  QrRefreshOptions bad;
+  bad.tolerance = 1.5;
+  EXPECT_THROW(batched_eigenbasis_qr(a, V, info, it3, bad), koptim::ConfigError);
+}
+
+}  // namespace

@@ -105,8 +105,17 @@ struct CheckpointModel {
 
 // The configurations of the exact-restart tests, by name.
 inline std::vector<std::string> checkpoint_configs() {
-  return {"SGD",   "AdaGrad",      "RMSProp",     "Adam", "AdamW", "Shampoo", "ShampooEigenvalueCorrected",
-          "Gefen", "AdamWSharded", "GefenSharded"};
+  return {"SGD",
+          "AdaGrad",
+          "RMSProp",
+          "Adam",
+          "AdamW",
+          "Shampoo",
+          "ShampooEigenvalueCorrected",
+          "ShampooQrEigenbasis",
+          "Gefen",
+          "AdamWSharded",
+          "GefenSharded"};
 }
 
 inline Teuchos::ParameterList checkpoint_config(const std::string& name) {
@@ -142,7 +151,7 @@ inline Teuchos::ParameterList checkpoint_config(const std::string& name) {
     l.set("weight_decay", 0.1);
     l.set("shard_state", name == "AdamWSharded");
     schedule();
-  } else if (name == "Shampoo" || name == "ShampooEigenvalueCorrected") {
+  } else if (name == "Shampoo" || name == "ShampooEigenvalueCorrected" || name == "ShampooQrEigenbasis") {
     l.set("optimizer", std::string("Shampoo"));
     l.set("lr", 0.01);
     l.set("epsilon", 1e-6);
@@ -152,7 +161,12 @@ inline Teuchos::ParameterList checkpoint_config(const std::string& name) {
     l.set("grafting", std::string("Adam"));
     l.set("momentum", 0.5);
     l.set("weight_decay", 0.01);
-    if (name == "ShampooEigenvalueCorrected") l.set("eigenvalue_corrected", true);
+    if (name != "Shampoo") l.set("eigenvalue_corrected", true);
+    if (name == "ShampooQrEigenbasis") {
+      // Refreshes warm-started from the checkpointed eigenvectors, a QR step at every one.
+      l.set("eigenbasis", std::string("qr"));
+      l.set("qr_tolerance", 0.0);
+    }
     schedule();
   } else if (name == "Gefen" || name == "GefenSharded") {
     l.set("optimizer", std::string("Gefen"));

@@ -118,6 +118,11 @@ TEST(KeyRanges, EveryDocumentedRangeIsTheAcceptedRange) {
       ParameterList l;
       l.set("optimizer", name);
       if (p.path != "lr") l.set("lr", 0.01);  // SGD requires it
+      if (p.path.rfind("qr_", 0) == 0) {
+        // Keys that act only with others set (refused as having no effect otherwise).
+        l.set("eigenvalue_corrected", true);
+        l.set("eigenbasis", std::string("qr"));
+      }
       c.second(l);
       bool built = false;
       std::string message;
@@ -195,6 +200,20 @@ TEST(KeyRanges, ConstructorsRefuseJustOutside) {
   shampoo([](auto& o) { o.max_preconditioner_dim = std::int64_t{1} << 31; },
           {"max_preconditioner_dim = 2147483648", "an integer in [1, 2147483647]"});
   shampoo([&](auto& o) { o.rank_atol = below_zero; }, {"rank_atol", "a real in [0, inf)"});
+  shampoo(
+      [&](auto& o) {
+        o.eigenvalue_corrected = true;
+        o.eigenbasis           = koptim::Eigenbasis::qr;
+        o.qr_tolerance         = std::nextafter(1.0, 2.0);
+      },
+      {"qr_tolerance = 1.0000000000000002", "a real in [0, 1]"});
+  shampoo(
+      [&](auto& o) {
+        o.eigenvalue_corrected = true;
+        o.eigenbasis           = koptim::Eigenbasis::qr;
+        o.qr_max_iterations    = 0;
+      },
+      {"qr_max_iterations = 0", "an integer in [1, 2147483647]"});
   shampoo([&](auto& o) { o.inverse_exponent_override[2] = below_zero; },
           {"inverse_exponent_override/order_2", "a real in [0, inf)"});
   koptim_test::expect_error<koptim::ConfigError>([&] { koptim::LRSchedule::step(0, 0.5); },

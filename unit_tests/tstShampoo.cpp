@@ -350,6 +350,13 @@ TEST(Shampoo, HostBatchOfBlocksEqualsBlockAfterBlock) {
     l.set("eigenvalue_corrected", true);
     cases.push_back({"eigenvalue-corrected", l});
   }
+  {
+    Teuchos::ParameterList l;
+    l.set("eigenvalue_corrected", true);
+    l.set("eigenbasis", std::string("qr"));
+    l.set("qr_tolerance", 0.0);
+    cases.push_back({"eigenvalue-corrected, QR refresh", l});
+  }
   const bool one_thread = koptim::ExecutionSpace().concurrency() == 1;
   for (const auto& c : cases) {
     SCOPED_TRACE(c.first);
@@ -466,6 +473,56 @@ TEST(Shampoo, RejectsBadConfiguration) {
   g.sublist("inverse_exponent_override").set("order_2_dim_1", 0.0);
   g.sublist("inverse_exponent_override").set("order_1", 0.25);
   koptim::create(params, g);  // valid
+  auto h = base;
+  h.set("eigenbasis", std::string("qr"));
+  EXPECT_NE(error(h).find("eigenbasis = qr needs eigenvalue_corrected = true"), std::string::npos) << error(h);
+  h.set("eigenvalue_corrected", true);
+  koptim::create(params, h);  // valid
+  h.set("qr_tolerance", 1.5);
+  EXPECT_NE(error(h).find("qr_tolerance"), std::string::npos) << error(h);
+  // QR settings written for the exact refresh would do nothing: refused, naming both values.
+  auto i = base;
+  i.set("eigenvalue_corrected", true);
+  i.set("qr_tolerance", 0.001);
+  EXPECT_NE(error(i).find("qr_max_iterations = 1 and qr_tolerance = 0.001 would have no effect"), std::string::npos)
+      << error(i);
+  i.set("qr_tolerance", 0.01);  // the default, written out: harmless
+  koptim::create(params, i);
+}
+
+// eigenbasis = qr: the first refresh is exact (no QR counted), the later ones warm-started; the
+// tolerance decides whether a QR step runs (1: never, 0: every time, up to qr_max_iterations).
+TEST(Shampoo, QrEigenbasisCountsItsRefreshesAndSteps) {
+  auto run = [](double tolerance, int max_iterations, bool qr) {
+    TestTensor<double> w({6, 5}, "w"), v({7}, "v");
+    koptim::ParameterSet params;
+    w.add_to(params, "w");
+    v.add_to(params, "v");
+    Teuchos::ParameterList l;
+    l.set("optimizer", std::string("Shampoo"));
+    l.set("lr", 0.01);
+    l.set("precondition_frequency", 2);
+    l.set("use_merge_dims", false);  // w stays a 6 x 5 block
+    l.set("eigenvalue_corrected", true);
+    if (qr) {
+      l.set("eigenbasis", std::string("qr"));
+      l.set("qr_tolerance", tolerance);
+      l.set("qr_max_iterations", max_iterations);
+    }
+    auto opt       = koptim::create(params, l);
+    const auto& sh = dynamic_cast<const koptim::Shampoo&>(*opt);
+    for (int s = 1; s <= 7; ++s) {
+      w.set(true, [&](std::int64_t i) { return koptim_test::value(5, 0, s, i); });
+      v.set(true, [&](std::int64_t i) { return koptim_test::value(5, 1, s, i); });
+      opt->step();
+    }
+    return std::make_pair(sh.qr_refreshes(), sh.qr_iterations());
+  };
+  // Refreshes at steps 2 (exact), 4 and 6 of three factors (6, 5 and 7).
+  EXPECT_EQ(run(0.0, 1, false), std::make_pair(std::int64_t(0), std::int64_t(0)));
+  EXPECT_EQ(run(1.0, 1, true), std::make_pair(std::int64_t(6), std::int64_t(0)));
+  EXPECT_EQ(run(0.0, 1, true), std::make_pair(std::int64_t(6), std::int64_t(6)));
+  EXPECT_EQ(run(0.0, 4, true), std::make_pair(std::int64_t(6), std::int64_t(24)));
 }
 
 TEST(Shampoo, StateRoundTripResumesBitwise) {

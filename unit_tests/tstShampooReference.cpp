@@ -32,6 +32,7 @@ struct Case {
   std::map<int, std::vector<double>> init;                   // hand cases
   std::map<int, std::map<int, std::vector<double>>> grads;   // hand cases: step -> tensor -> values
   std::map<int, std::map<int, std::vector<double>>> checks;  // step -> tensor -> values
+  std::map<std::string, std::int64_t> stats;                 // counts after the last step
 };
 
 std::vector<double> numbers(std::istringstream& s) {
@@ -79,6 +80,11 @@ std::vector<Case> read_cases(bool hand) {
       std::vector<std::string> vals;
       while (s >> v) vals.push_back(v);
       c->options.emplace_back(key, vals);
+    } else if (w == "stat") {
+      std::string key;
+      std::int64_t n = -1;
+      s >> key >> n;
+      c->stats[key] = n;
     } else if (w == "tensor") {
       int rank;
       s >> rank;
@@ -121,8 +127,8 @@ std::vector<Case> read_cases(bool hand) {
 
 Teuchos::ParameterList list_for(const Case& c) {
   static const std::set<std::string> ints  = {"max_preconditioner_dim", "precondition_frequency",
-                                              "start_preconditioning_step"};
-  static const std::set<std::string> words = {"grafting", "weight_decay_type"};
+                                              "start_preconditioning_step", "qr_max_iterations"};
+  static const std::set<std::string> words = {"grafting", "weight_decay_type", "eigenbasis"};
   Teuchos::ParameterList l("koptim");
   l.set("optimizer", std::string("Shampoo"));
   for (const auto& kv : c.options) {
@@ -193,12 +199,23 @@ double run(const Case& c, const std::string& eigensolver = "automatic") {
       for (std::size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - tv.second[i]));
     }
   }
+  // eigenbasis = qr: the same decisions (QR steps or none) at every refresh of every factor (in
+  // double; float's rounding may move an estimate across qr_tolerance).
+  for (const auto& kv : c.stats) {
+    if (!std::is_same<T, double>::value) break;
+    if (kv.first == "qr_refreshes")
+      EXPECT_EQ(sh.qr_refreshes(), kv.second) << c.name;
+    else if (kv.first == "qr_iterations")
+      EXPECT_EQ(sh.qr_iterations(), kv.second) << c.name;
+    else
+      ADD_FAILURE() << c.name << ": unknown stat " << kv.first;
+  }
   return worst;
 }
 
 TEST(ShampooReference, FileIsComplete) {
   const auto cases = read_cases(false);
-  EXPECT_GE(cases.size(), 11u);
+  EXPECT_GE(cases.size(), 12u);
   for (const auto& c : cases) {
     EXPECT_EQ(c.shapes.size(), 6u) << c.name;
     EXPECT_EQ(c.checks.size(), 6u) << c.name;
@@ -231,7 +248,7 @@ TEST(ShampooReference, TrajectoriesInDoubleWithJacobi) {
 TEST(ShampooReference, TrajectoriesInFloat) {
   const std::set<std::string> conditioned = {"adam_graft_freq",      "no_graft_small_blocks",      "sgd_graft_override",
                                              "eigenvalue_corrected", "eigenvalue_corrected_graft", "pseudo_inverse",
-                                             "never_started_adam"};
+                                             "never_started_adam",   "eigenvalue_corrected_qr"};
   int ran                                 = 0;
   for (const auto& c : read_cases(false)) {
     if (!conditioned.count(c.name)) continue;
@@ -240,7 +257,7 @@ TEST(ShampooReference, TrajectoriesInFloat) {
     if (std::getenv("KOPTIM_TEST_VERBOSE")) std::printf("%s (float): max abs error %.3g\n", c.name.c_str(), err);
     EXPECT_LE(err, 1e-3) << c.name;
   }
-  EXPECT_EQ(ran, 7);
+  EXPECT_EQ(ran, 8);
 }
 
 TEST(ShampooReference, HandCases) {

@@ -56,6 +56,10 @@ struct EnumNames<DistributedCostModel> {
       {{DistributedCostModel::bytes, "bytes"}, {DistributedCostModel::cubic, "cubic"}}};
 };
 template <>
+struct EnumNames<Eigenbasis> {
+  static constexpr NameTable<Eigenbasis, 2> table{{{Eigenbasis::eigh, "eigh"}, {Eigenbasis::qr, "qr"}}};
+};
+template <>
 struct EnumNames<linalg::RootMethod> {
   static constexpr NameTable<linalg::RootMethod, 2> table{
       {{linalg::RootMethod::eigen, "eigen"}, {linalg::RootMethod::coupled_newton, "coupled_newton"}}};

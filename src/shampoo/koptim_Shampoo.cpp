@@ -6,6 +6,7 @@
 #include <koptim/core/impl/koptim_Math.hpp>
 #include <koptim/core/impl/koptim_Profiling.hpp>
 #include <koptim/diagonal/impl/koptim_DiagonalMath.hpp>
+#include <koptim/linalg/koptim_EigenbasisQr.hpp>
 #include <koptim/linalg/koptim_Eigensolver.hpp>
 #include <koptim/linalg/koptim_Gemm.hpp>
 #include <koptim/linalg/koptim_MatrixRoot.hpp>
@@ -192,6 +193,8 @@ class ShampooBlocks {
   std::size_t num_blocks() const { return blocks_.size(); }
   std::size_t state_bytes() const;
   std::int64_t failures_kept() const { return failures_kept_; }
+  std::int64_t qr_iterations() const { return qr_iterations_; }
+  std::int64_t qr_refreshes() const { return qr_refreshes_; }
 
   // Gathers every block's gradient and, with check, that its factors stay finite; returns the
   // first problem ("" if none) and the parameter it concerns. Changes no state.
@@ -267,6 +270,7 @@ class ShampooBlocks {
   bool roots_ready_           = false;  // a root (or eigenbasis) has been computed: before, X = I exactly
   bool host_batch_            = false;  // host memory and every block within BLAS's int: blas_batch runs blocks at once
   std::int64_t failures_kept_ = 0;
+  std::int64_t qr_iterations_ = 0, qr_refreshes_ = 0;  // eigenbasis = qr (not checkpointed: diagnostics)
   std::int64_t step_failures_ = 0, step_fallbacks_ = 0;
 };
 
@@ -546,7 +550,26 @@ void ShampooBlocks<T>::amortized(std::int64_t t) {
       const auto w    = ws.template matrix<T>("koptim::Shampoo::eigenvalues", m, n, true);
       const auto info = ws.template vector<int>("koptim::Shampoo::eigh_info", m, true);
       const bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible;
-      if (o_.eigensolver == linalg::EighSolver::lapack || (o_.eigensolver == linalg::EighSolver::automatic && host)) {
+      if (o_.eigenbasis == Eigenbasis::qr && roots_ready_) {
+        // Warm start from the current eigenvectors (LAPACK's QR on the host: device factors and
+        // eigenvectors go through host mirrors, aliases when the memory is host-accessible).
+        auto Lh = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), Lhat);
+        auto Xh = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), s.X);
+        auto hi = Kokkos::create_mirror_view(Kokkos::HostSpace(), info);
+        std::vector<int> qr_steps(m);
+        const Kokkos::View<int*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> iters(qr_steps.data(), m);
+        linalg::QrRefreshOptions qo;
+        qo.max_iterations = o_.qr_max_iterations;
+        qo.tolerance      = o_.qr_tolerance;
+        linalg::batched_eigenbasis_qr(Lh, Xh, hi, iters, qo);
+        Kokkos::deep_copy(s.X, Xh);
+        for (std::int64_t a = 0; a < m; ++a) {
+          status[a] = hi(a) == 0 ? 0 : (hi(a) == linalg::eigh_info_nonfinite_input ? 2 : 1);
+          qr_iterations_ += iters(a);
+        }
+        qr_refreshes_ += m;
+      } else if (o_.eigensolver == linalg::EighSolver::lapack ||
+                 (o_.eigensolver == linalg::EighSolver::automatic && host)) {
         // LAPACK works on host memory: device factors go through host mirrors (a no-op copy-free
         // alias when the memory is already host-accessible).
         auto Lh = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), Lhat);
@@ -911,6 +934,19 @@ Shampoo::Shampoo(ParameterSet params, CommonOptions common, ShampooOptions optio
   if (o.use_nesterov && o.momentum <= 0.0) {
     throw ConfigError("koptim::Shampoo: use_nesterov = true needs momentum > 0");
   }
+  if (o.eigenbasis == Eigenbasis::qr && !o.eigenvalue_corrected) {
+    throw ConfigError(
+        "koptim::Shampoo: eigenbasis = qr needs eigenvalue_corrected = true (only that variant keeps "
+        "eigenbases)");
+  }
+  const ShampooOptions defaults;
+  if (o.eigenbasis != Eigenbasis::qr &&
+      (o.qr_max_iterations != defaults.qr_max_iterations || o.qr_tolerance != defaults.qr_tolerance)) {
+    throw ConfigError("koptim::Shampoo: qr_max_iterations = " + std::to_string(o.qr_max_iterations) +
+                      " and qr_tolerance = " + Impl::real_string(o.qr_tolerance) +
+                      " would have no effect: they apply to eigenbasis = qr (eigenbasis is " + to_string(o.eigenbasis) +
+                      ")");
+  }
   for (const auto& kv : o.inverse_exponent_override)
     Impl::require(me, "inverse_exponent_override/order_" + std::to_string(kv.first), kv.second, R::inverse_exponent);
   for (const auto& kv : o.inverse_exponent_override_dim) {
@@ -1035,6 +1071,8 @@ double Shampoo::inverse_exponent(int order, int dim) const {
 std::size_t Shampoo::state_bytes() const { return f32_->state_bytes() + f64_->state_bytes(); }
 std::size_t Shampoo::num_blocks() const { return f32_->num_blocks() + f64_->num_blocks(); }
 std::int64_t Shampoo::failed_amortized_computations() const { return f32_->failures_kept() + f64_->failures_kept(); }
+std::int64_t Shampoo::qr_iterations() const { return f32_->qr_iterations() + f64_->qr_iterations(); }
+std::int64_t Shampoo::qr_refreshes() const { return f32_->qr_refreshes() + f64_->qr_refreshes(); }
 
 std::string Shampoo::describe_blocks() const {
   std::ostringstream s;

@@ -42,6 +42,16 @@ void visit_keys(O& o, V& v) {
   v.real("grafting_epsilon", o.grafting_epsilon, "Epsilon of the grafting method.", R::grafting_epsilon);
   v.boolean("eigenvalue_corrected", o.eigenvalue_corrected,
             "Eigenvalue-corrected Shampoo (SOAP-like): Adam-style second moment in the factors' eigenbasis.");
+  v.choice("eigenbasis", o.eigenbasis,
+           "Eigenvalue-corrected: how the eigenbases are refreshed: eigh (an exact eigendecomposition each time) "
+           "or qr (SOAP's: exact the first time, then from the previous eigenvectors by orthogonal iteration, "
+           "QR steps while the basis is off by more than qr_tolerance).");
+  v.integer("qr_max_iterations", o.qr_max_iterations, "eigenbasis = qr: QR steps per refresh at most.",
+            R::qr_max_iterations);
+  v.real("qr_tolerance", o.qr_tolerance,
+         "eigenbasis = qr: a basis V counts as converged when the Frobenius norm of the off-diagonal part of "
+         "B = V^T L V is at most qr_tolerance times that of B (L the factor).",
+         R::qr_tolerance);
   v.choice("root_method", o.root_method, "Inverse roots by symmetric eigendecomposition or coupled Newton.");
   v.choice("eigensolver", o.eigensolver,
            "automatic (LAPACK for host memory, batched Jacobi otherwise), lapack or jacobi.");

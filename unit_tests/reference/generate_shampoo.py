@@ -28,6 +28,8 @@ File format (one item per line, words separated by single spaces; '#' starts a c
     tensor NDIM D1 ... DNDIM           the parameter tensors, in order t = 0, 1, ... (NDIM 0: scalar)
     merged T NDIM D1 ...               tensor T after dropping size-1 dims and merging (2.1 steps 1-2)
     blocks T NB  K D1..DK  K D1..DK ...  tensor T's NB blocks (order K, sizes), chunk indices row-major
+    stat NAME N                        a count the optimizer reports after the last step
+                                       (qr_refreshes, qr_iterations: see Shampoo::qr_iterations)
     check STEP T V...                  tensor T (row-major) after step STEP, repr() of the doubles
     end                                ends the case
     hand NAME KIND ...                 hand-checkable case NAME (all its lines start with `hand NAME`):
@@ -81,6 +83,9 @@ DEFAULTS = dict(
     grafting_beta2=None,            # RMSProp 0.99, Adam 0.999 when not given
     grafting_epsilon=1e-10,
     eigenvalue_corrected=False,
+    eigenbasis="eigh",              # eigh | qr (eigenvalue-corrected only)
+    qr_max_iterations=1,
+    qr_tolerance=0.01,
     inverse_exponent_override={},   # "order_K" -> a, "order_K_dim_J" -> a (J counts from 0)
     pseudo_inverse=False,
 )
@@ -170,6 +175,36 @@ def eigenvectors(L):
     return np.linalg.eigh(L)[1]
 
 
+def qr_refresh(A, Q, max_iterations, tolerance, log=None):
+    """2.3 with eigenbasis qr: from the previous eigenvectors Q (columns), B = Q^T A Q; while
+    fewer than max_iterations QR steps were done and ||B - diag(B)||_F > tolerance ||B||_F,
+    Q <- Q of the QR decomposition of A Q (numpy: Householder, LAPACK geqrf/orgqr) and B again; then
+    the columns in ascending order of diag(B), a stable sort.
+    CHOICE (distributed_shampoo's QR eigendecomposition): the factor bias-corrected as for eigh
+    (no effect on Q but rounding), E is not reordered with the columns, the first refresh is an
+    exact eigh (the previous eigenvectors are the identity then, not a basis of the factor)."""
+    def off_ratio(B):
+        off = np.sqrt(np.sum(B * B) - np.sum(np.diag(B) ** 2).clip(0.0))
+        return off, np.sqrt(np.sum(B * B))
+    B = Q.T @ A @ Q
+    done = 0
+    while done < max_iterations:
+        off, full = off_ratio(B)
+        if off <= tolerance * full:
+            break
+        Q, _ = np.linalg.qr(A @ Q)
+        done += 1
+        B = Q.T @ A @ Q
+    d = np.einsum("ik,ik->k", Q, A @ Q)
+    order = np.argsort(d, kind="stable")
+    if log is not None:
+        log.append(done)
+        s = np.sort(d)
+        if len(s) > 1 and s[-1] > 0:
+            log.append(-float(np.min(np.diff(s)) / s[-1]))  # negative: a relative gap of the estimates
+    return Q[:, order]
+
+
 def parse_overrides(overrides):
     """{"order_K": a, "order_K_dim_J": a} -> {K: a} and {(K, J): a}. J counts from 0 (CHOICE:
     as distributed_shampoo's inverse_exponent_override = {order: {dim: a}}), so order_2_dim_1 is
@@ -218,6 +253,7 @@ class Block:
         self.M = np.zeros(shape, dtype)   # first moment (b1) of the gradient
         self.A = np.zeros(shape, dtype)   # grafting accumulator
         self.B = np.zeros(shape, dtype)   # classic momentum buffer, starts at 0
+        self.refreshed = False            # 2.3 eigenbasis qr: an exact refresh has been done
 
 
 class Shampoo:
@@ -243,6 +279,7 @@ class Shampoo:
         self.dtype = dtype
         self.t = 0
         self.eigh_hook = eigh_hook  # only for --sensitivity: perturbs the eigensolver's rounding
+        self.qr_log = []  # eigenbasis qr: QR steps of each refresh, and (negative) eigen-gaps
         m, merge = o["max_preconditioner_dim"], o["use_merge_dims"]
         self.layout = []  # per tensor: (merged shape, [(slices, Block), ...])
         for shape in shapes:
@@ -300,12 +337,17 @@ class Shampoo:
             for j in range(k):
                 if blk.L[j] is None:
                     continue
-                if o["eigenvalue_corrected"]:
+                if o["eigenvalue_corrected"] and o["eigenbasis"] == "qr" and blk.refreshed:
+                    # 2.3, eigenbasis qr: warm start from the previous eigenvectors.
+                    blk.X[j] = qr_refresh(blk.L[j] / bc2, blk.X[j], o["qr_max_iterations"], o["qr_tolerance"],
+                                          self.qr_log)
+                elif o["eigenvalue_corrected"]:
                     # 2.3: refresh the eigenvectors Q_j of L_j (every f steps, same rule).
                     blk.X[j] = self.eigh_vectors(blk.L[j])
                 else:
                     # L_hat = L / (1 - b2^t) only with bias correction and b2 < 1; X = L_hat^-a.
                     blk.X[j] = self.root(blk.L[j] / bc2, blk.a[j], eps)
+            blk.refreshed = True
         if o["eigenvalue_corrected"]:
             # 2.3: E <- b2 E + w R^2 with R = G x_1 Q_1^T ... x_k Q_k^T, every step.
             # CHOICE: R uses the Q refreshed in this step's amortized computation (the order of
@@ -447,6 +489,13 @@ CASES = [
     ("never_started_adam", dict(lr=0.01, betas=(0.9, 0.999), grafting="Adam", grafting_epsilon=1e-8,
                                 start_preconditioning_step=100, weight_decay=0.01,
                                 weight_decay_type="L2")),
+    # 12: case 6 with SOAP's refresh (eigenbasis qr): exact at t = 3, then warm-started QR steps,
+    #     at most 3 per refresh, while the basis is off by more than 0.2 (the script asserts that
+    #     refreshes with 0, 1, 2 and 3 steps all occur: 484, 3, 29 and 263 of them). Adam grafting.
+    ("eigenvalue_corrected_qr", dict(lr=0.003, betas=(0.9, 0.95), eigenvalue_corrected=True,
+                                     eigenbasis="qr", qr_max_iterations=3, qr_tolerance=0.2,
+                                     precondition_frequency=3, epsilon=1e-8, grafting="Adam",
+                                     max_preconditioner_dim=4)),
 ]
 
 
@@ -512,8 +561,14 @@ def write_case(out, name, seed, options):
     gaps = []
     res, opt = run_case(seed, options, gap_log=gaps if options.get("eigenvalue_corrected") else None)
     if options.get("eigenvalue_corrected"):
-        # 2.3 is reproducible only if each refreshed factor has distinct eigenvalues.
+        # 2.3 is reproducible only if each refreshed factor has distinct eigenvalues (with eigenbasis
+        # qr: distinct estimates, which fix the order of the columns).
+        gaps += [-x for x in opt.qr_log if x < 0]
         assert gaps and min(gaps) > 1e-6, "%s: repeated eigenvalue at a refresh (%g)" % (name, min(gaps))
+    if options.get("eigenbasis") == "qr":
+        steps = [x for x in opt.qr_log if x >= 0]
+        assert set(steps) == set(range(options["qr_max_iterations"] + 1)), \
+            "%s: QR steps per refresh %s: not every count occurs" % (name, sorted(set(steps)))
     out.write("case %s Shampoo float64 %d\n" % (name, seed))
     for line in option_lines(options):
         out.write(line + "\n")
@@ -523,6 +578,9 @@ def write_case(out, name, seed, options):
         out.write("merged %d %d %s\n" % (t, len(ms), " ".join(str(d) for d in ms)))
         desc = " ".join("%d %s" % (len(b.shape), " ".join(str(d) for d in b.shape)) for _, b in blocks)
         out.write("blocks %d %d %s\n" % (t, len(blocks), desc))
+    if options.get("eigenbasis") == "qr":
+        steps = [x for x in opt.qr_log if x >= 0]
+        out.write("stat qr_refreshes %d\nstat qr_iterations %d\n" % (len(steps), sum(steps)))
     for step in CHECKS:
         for t, p in enumerate(res[step]):
             out.write("check %d %d %s\n" % (step, t, " ".join(repr(float(x)) for x in p.flatten())))

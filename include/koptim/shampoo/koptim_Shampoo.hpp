@@ -38,12 +38,18 @@ enum class CommunicationDType { float32, bfloat16 };
 // Cost of a block for the assignment of blocks to ranks: its update's bytes in the
 // communication precision rounded up to 64, or the sum of the cubes of its dimensions.
 enum class DistributedCostModel { bytes, cubic };
+// How the eigenvalue-corrected variant refreshes its eigenbases every precondition_frequency steps:
+// eigh computes every eigendecomposition exactly; qr (SOAP's refresh) computes the first one exactly
+// and then warm-starts from the previous eigenvectors: orthogonal iteration (A V, then a QR) while
+// the basis is off by more than qr_tolerance, at most qr_max_iterations steps (linalg/koptim_EigenbasisQr.hpp).
+enum class Eigenbasis { eigh, qr };
 
 // The names a parameter list uses ("decoupled", "Adam", "bfloat16", ...).
 const char* to_string(WeightDecayType t);
 const char* to_string(Grafting g);
 const char* to_string(CommunicationDType t);
 const char* to_string(DistributedCostModel m);
+const char* to_string(Eigenbasis e);
 
 struct ShampooOptions {
   std::array<double, 2> betas = {0.9, 1.0};
@@ -62,6 +68,9 @@ struct ShampooOptions {
   std::optional<double> grafting_beta2;  // unset: 0.99 for RMSProp, 0.999 for Adam
   double grafting_epsilon   = 1e-10;
   bool eigenvalue_corrected = false;
+  Eigenbasis eigenbasis     = Eigenbasis::eigh;
+  int qr_max_iterations     = 1;
+  double qr_tolerance       = 0.01;
   // Exponent a of X = L^-a: by block order ({order: a}) and by order and dimension.
   std::map<int, double> inverse_exponent_override;
   std::map<std::pair<int, int>, double> inverse_exponent_override_dim;
@@ -103,6 +112,11 @@ class Shampoo : public Optimizer {
   std::size_t num_blocks() const;
   // Root-inverse solver failures kept (the previous root was used), over all steps.
   std::int64_t failed_amortized_computations() const;
+  // eigenbasis = qr: QR steps done over all refreshes and factors (0 while every warm-started
+  // basis already met qr_tolerance), and the warm-started refreshes of a factor (one per factor
+  // and refresh after the first, exact, one).
+  std::int64_t qr_iterations() const;
+  std::int64_t qr_refreshes() const;
 
   // The exponent a of dimension dim of a block of the given order.
   double inverse_exponent(int order, int dim) const;

@@ -351,7 +351,10 @@ BENCHMARK(BM_BatchedInverseRoot_256x64)->Arg(0)->Arg(1)->Unit(benchmark::kMillis
 // koptim_PerfModels.hpp) with max_preconditioner_dim 128, so that every matrix is cut into
 // 128 x 128 blocks (12 layers: 2304 of them, and 624 blocks of 128 of the vectors). variant 0:
 // Shampoo with RMSProp grafting (the grafting pytorch_optimizer's ScalableShampoo has closest to
-// Adam's); 1: the eigenvalue-corrected (SOAP-like) variant. Both with
+// Adam's); 1: the eigenvalue-corrected (SOAP-like) variant, exact eigenbases; 2: the same with
+// SOAP's QR refresh (eigenbasis qr, default tolerance 0.01: a basis that is still good needs no QR
+// step); 3: the QR refresh with qr_tolerance 0 (one QR step at every refresh, as heavyball's SOAP
+// always does: the same work as that peer whatever the data). All with
 // precondition_frequency 10 and preconditioning from step 10; after 10 steps of warm-up, the
 // timed steps (a multiple of 10) include their share of the amortized computation. The peers
 // (perf_tests/peers/run_shampoo_peers.py) run the same shapes and settings.
@@ -370,6 +373,8 @@ void BM_TransformerStep(benchmark::State& state) {
     list.set("eigenvalue_corrected", true);
     Teuchos::Array<double> betas(2, 0.95);  // as the SOAP peers' defaults
     list.set("betas", betas);
+    if (variant >= 2) list.set("eigenbasis", std::string("qr"));
+    if (variant == 3) list.set("qr_tolerance", 0.0);
   }
   auto opt      = koptim::create(model.params, list);
   auto& shampoo = dynamic_cast<koptim::Shampoo&>(*opt);
@@ -394,17 +399,30 @@ void BM_TransformerStep(benchmark::State& state) {
   for (const auto& layout : shampoo.block_layouts()) blocks += layout.blocks.size();
   state.counters["params"] = static_cast<double>(model.params.num_elements());
   state.counters["blocks"] = static_cast<double>(blocks);
-  state.SetLabel(variant == 0 ? "Shampoo, RMSProp grafting" : "eigenvalue-corrected (SOAP-like)");
+  state.counters["qr_steps_per_refresh"] =
+      shampoo.qr_refreshes() > 0 ? static_cast<double>(shampoo.qr_iterations()) / shampoo.qr_refreshes() : 0.0;
+  const char* labels[] = {"Shampoo, RMSProp grafting", "eigenvalue-corrected (SOAP-like)",
+                          "eigenvalue-corrected, QR refresh", "eigenvalue-corrected, QR refresh, tolerance 0"};
+  state.SetLabel(labels[variant]);
 }
 
 BENCHMARK(BM_TransformerStep)
     ->Args({0, 12})
     ->Args({1, 12})
+    ->Args({2, 12})
+    ->Args({3, 12})
     ->Iterations(20)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 // One layer, two steps: the smoke test's.
-BENCHMARK(BM_TransformerStep)->Args({0, 1})->Args({1, 1})->Iterations(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_TransformerStep)
+    ->Args({0, 1})
+    ->Args({1, 1})
+    ->Args({2, 1})
+    ->Args({3, 1})
+    ->Iterations(2)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK(BM_MlpStep)
     ->Args({0, 64})
     ->Args({1, 64})

@@ -9,7 +9,12 @@ fixed over the steps. Every optimizer preconditions in blocks of at most 128 (23
 10 steps of warm-up, then 20 timed steps (which hold two of those computations):
 
   koptim Shampoo         BM_TransformerStep/0: RMSProp grafting, max_preconditioner_dim 128
-  koptim SOAP-like       BM_TransformerStep/1: eigenvalue_corrected, betas (0.95, 0.95)
+  koptim SOAP-like       BM_TransformerStep/1: eigenvalue_corrected, betas (0.95, 0.95), exact eigenbases
+  koptim SOAP            BM_TransformerStep/2: the same with eigenbasis qr (SOAP's refresh: a QR step
+                         only where the previous basis is off by more than qr_tolerance 0.01; with
+                         these fixed gradients the bases stay good and no step is needed)
+                         BM_TransformerStep/3: qr_tolerance 0, one QR step at every refresh: the work
+                         heavyball's SOAP does
   pytorch_optimizer.ScalableShampoo  block_size 128, RMSProp grafting (it has no Adam grafting),
                          roots every 10 steps
   heavyball.SOAP         max_precond_dim 128, split (blocks of 128), precondition_frequency 10
@@ -34,6 +39,8 @@ import sys
 import time
 
 LAYERS, D, BLOCK, FREQ, WARMUP, STEPS = 12, 512, 128, 10, 10, 20
+KOPTIM_ROWS = ["koptim Shampoo (RMSProp grafting)", "koptim SOAP-like (eigenvalue-corrected, exact eigenbases)",
+               "koptim SOAP (eigenbasis qr, tolerance 0.01)", "koptim SOAP (eigenbasis qr, tolerance 0: a QR every refresh)"]
 
 
 def koptim_round(binary, threads):
@@ -48,8 +55,7 @@ def koptim_round(binary, threads):
     for b in data["benchmarks"]:
         variant = int(b["run_name"].split("/")[1])
         assert b["time_unit"] == "ms"
-        rows["koptim Shampoo (RMSProp grafting)" if variant == 0 else "koptim SOAP-like (eigenvalue-corrected)"] = \
-            b["real_time"]
+        rows[KOPTIM_ROWS[variant]] = b["real_time"]
     return rows, data["context"]
 
 

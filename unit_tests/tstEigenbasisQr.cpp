@@ -66,7 +66,8 @@ void exact_basis_needs_no_step() {
   for (const bool descending : {false, true}) {
     auto V = tridiagonal_basis<T>(n, descending);
     QrRefreshOptions o;
-    o.tolerance  = std::is_same<T, float>::value ? 1e-5 : 1e-12;
+    // Above the test's resolution, about sqrt(n eps) (7e-4 in float, 3e-8 in double at n = 9).
+    o.tolerance  = std::is_same<T, float>::value ? 1e-2 : 1e-6;
     const auto r = refresh<T>({A}, V, o);
     EXPECT_EQ(r.info[0], 0);
     EXPECT_EQ(r.iterations[0], 0);
@@ -76,6 +77,22 @@ void exact_basis_needs_no_step() {
   }
 }
 TEST(EigenbasisQr, ExactBasisNeedsNoStepOnlyTheOrderDouble) { exact_basis_needs_no_step<double>(); }
+
+// Tolerance 0: every refresh takes max_iterations steps, even from an exact basis (which the steps
+// keep, up to rounding and signs).
+TEST(EigenbasisQr, ZeroToleranceAlwaysTakesEveryStep) {
+  const int n = 9;
+  auto V      = tridiagonal_basis<double>(n, false);
+  QrRefreshOptions o;
+  o.tolerance      = 0.0;
+  o.max_iterations = 3;
+  const auto r     = refresh<double>({koptim_test::tridiagonal(n)}, V, o);
+  EXPECT_EQ(r.info[0], 0);
+  EXPECT_EQ(r.iterations[0], 3);
+  for (int k = 0; k < n; ++k)
+    for (int i = 0; i < n; ++i)
+      EXPECT_NEAR(std::fabs(V(0, i, k)), std::fabs(koptim_test::tridiagonal_vector(n, i, k)), 1e-10);
+}
 TEST(EigenbasisQr, ExactBasisNeedsNoStepOnlyTheOrderFloat) { exact_basis_needs_no_step<float>(); }
 
 // One step against the oracle: Q = GramSchmidt(A V) (long double), columns ordered by q^T A q.
@@ -193,9 +210,7 @@ TEST(EigenbasisQr, ReportsAndKeepsTheBasis) {
       for (int k = 0; k < n; ++k) V(b, i, k) = 0.5 * ((i * k) % 2 == 0 || i == 0 ? 1.0 : -1.0);
   Batch<double> before("before", 3, n, n);
   Kokkos::deep_copy(before, V);
-  QrRefreshOptions o;
-  o.tolerance  = 0.0;
-  const auto r = refresh<double>({nan, zero, huge}, V, o);
+  const auto r = refresh<double>({nan, zero, huge}, V, QrRefreshOptions{});
   EXPECT_EQ(r.info[0], koptim::linalg::eigh_info_nonfinite_input);
   EXPECT_EQ(r.info[1], 0);
   EXPECT_EQ(r.iterations[1], 0);

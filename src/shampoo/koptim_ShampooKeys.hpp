@@ -50,7 +50,8 @@ void visit_keys(O& o, V& v) {
             R::qr_max_iterations);
   v.real("qr_tolerance", o.qr_tolerance,
          "eigenbasis = qr: a basis V counts as converged when the Frobenius norm of the off-diagonal part of "
-         "B = V^T L V is at most qr_tolerance times that of B (L the factor).",
+         "B = V^T L V is at most qr_tolerance times that of B (L the factor); 0: every refresh takes "
+         "qr_max_iterations steps.",
          R::qr_tolerance);
   v.choice("root_method", o.root_method, "Inverse roots by symmetric eigendecomposition or coupled Newton.");
   v.choice("eigensolver", o.eigensolver,

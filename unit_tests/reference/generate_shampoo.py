@@ -190,7 +190,7 @@ def qr_refresh(A, Q, max_iterations, tolerance, log=None):
     done = 0
     while done < max_iterations:
         off, full = off_ratio(B)
-        if off <= tolerance * full:
+        if tolerance > 0.0 and off <= tolerance * full:  # tolerance 0: every step (koptim's rule)
             break
         Q, _ = np.linalg.qr(A @ Q)
         done += 1

@@ -174,7 +174,14 @@ std::vector<Case> cases() {
       // and Adam grafting with a nonzero weight decay.
       l.set("eigensolver", std::string("jacobi"));
       out.push_back({"Shampoo, " + dtype + (corrected ? ", eigenvalue-corrected" : "") + ", Jacobi", l, true});
-      if (corrected) continue;
+      if (corrected) {
+        // SOAP's QR refresh, a QR step at every refresh after the first.
+        l.set("eigensolver", std::string("automatic"));
+        l.set("eigenbasis", std::string("qr"));
+        l.set("qr_tolerance", 0.0);
+        out.push_back({"Shampoo, " + dtype + ", eigenvalue-corrected, QR refresh", l, true});
+        continue;
+      }
       l.set("eigensolver", std::string("automatic"));
       l.set("root_method", std::string("coupled_newton"));
       l.set("grafting", std::string("Adam"));

@@ -1,4 +1,4 @@
-// The only place where koptim calls LAPACK and BLAS directly (syevd; geqrt and gemqrt for the QR refresh of
+// The only place where koptim calls LAPACK and BLAS directly (syevd; geqrf and ormqr for the QR refresh of
 // eigenbases; syrk, which Kokkos Kernels lacks; gemm for the host-serial products that a batch of blocks runs on
 // several host threads at once). The Fortran prototypes are declared here rather than taken from lapacke, so a plain
 // -llapack is enough; they stay out of the public headers so that they cannot clash with a user's own LAPACK
@@ -27,16 +27,16 @@ void dgemm_(const char* ta, const char* tb, const int* m, const int* n, const in
             const int* ldc, std::size_t ta_len, std::size_t tb_len);
 void dsyrk_(const char* uplo, const char* trans, const int* n, const int* k, const double* alpha, const double* a,
             const int* lda, const double* beta, double* c, const int* ldc, std::size_t uplo_len, std::size_t trans_len);
-void sgeqrt_(const int* m, const int* n, const int* nb, float* a, const int* lda, float* t, const int* ldt, float* work,
+void sgeqrf_(const int* m, const int* n, float* a, const int* lda, float* tau, float* work, const int* lwork,
              int* info);
-void dgeqrt_(const int* m, const int* n, const int* nb, double* a, const int* lda, double* t, const int* ldt,
-             double* work, int* info);
-void sgemqrt_(const char* side, const char* trans, const int* m, const int* n, const int* k, const int* nb,
-              const float* v, const int* ldv, const float* t, const int* ldt, float* c, const int* ldc, float* work,
-              int* info, std::size_t side_len, std::size_t trans_len);
-void dgemqrt_(const char* side, const char* trans, const int* m, const int* n, const int* k, const int* nb,
-              const double* v, const int* ldv, const double* t, const int* ldt, double* c, const int* ldc, double* work,
-              int* info, std::size_t side_len, std::size_t trans_len);
+void dgeqrf_(const int* m, const int* n, double* a, const int* lda, double* tau, double* work, const int* lwork,
+             int* info);
+void sormqr_(const char* side, const char* trans, const int* m, const int* n, const int* k, const float* a,
+             const int* lda, const float* tau, float* c, const int* ldc, float* work, const int* lwork, int* info,
+             std::size_t side_len, std::size_t trans_len);
+void dormqr_(const char* side, const char* trans, const int* m, const int* n, const int* k, const double* a,
+             const int* lda, const double* tau, double* c, const int* ldc, double* work, const int* lwork, int* info,
+             std::size_t side_len, std::size_t trans_len);
 }
 
 namespace koptim {
@@ -69,25 +69,34 @@ int syevd(F fn, int n, T* a, int lda, T* w) {
   return info;
 }
 
-// Q of A = QR (Householder), n x n, column-major, in place: ?geqrt (the compact WY form, blocks of 32 columns),
-// then ?gemqrt applies Q to the identity. At n = 128 in float this took 230 us where ?geqrf + ?orgqr took 494
-// (OpenBLAS 0.3.21, one thread): the same reflectors, with level-3 BLAS in the panels.
-template <class T, class Geqrt, class Gemqrt>
-int qr_q(Geqrt geqrt, Gemqrt gemqrt, int n, T* a, int lda) {
+// Q of A = QR (Householder), n x n, column-major, in place: ?geqrf, then ?ormqr applies Q to the identity.
+// Chosen by measurement (n = 128, float, OpenBLAS 0.3.21, per matrix, 1 / 2 threads each solving its own
+// matrices): ?geqrf + ?ormqr 312 / 182 us, ?geqrf + ?orgqr 369 / 183, ?geqrt + ?gemqrt 222 / 187: the last is
+// the fastest alone but does not scale (its recursive panels make many small level-3 calls, which this
+// OpenBLAS serializes across threads), and the result must not depend on the thread count.
+template <class T, class Geqrf, class Ormqr>
+int qr_q(Geqrf geqrf, Ormqr ormqr, int n, T* a, int lda) {
   if (n == 0) return 0;
-  const int nb = n < 32 ? n : 32;
   // Kept per host thread between calls (the refresh runs one matrix per thread, many per step).
-  static thread_local std::vector<T> t, work, q;
+  static thread_local std::vector<T> tau, work, q;
   const std::size_t nn = static_cast<std::size_t>(n) * n;
-  t.resize(static_cast<std::size_t>(nb) * n);
-  work.resize(static_cast<std::size_t>(nb) * n);
+  tau.resize(static_cast<std::size_t>(n));
   q.assign(nn, T(0));
   for (int i = 0; i < n; ++i) q[static_cast<std::size_t>(i) * n + i] = T(1);
-  int info = 0;
-  geqrt(&n, &n, &nb, a, &lda, t.data(), &nb, work.data(), &info);
-  if (info != 0) return info;
   const char side = 'L', trans = 'N';
-  gemqrt(&side, &trans, &n, &n, &n, &nb, a, &lda, t.data(), &nb, q.data(), &n, work.data(), &info, 1, 1);
+  int info = 0, lwork = -1;
+  T q1 = 0, q2 = 0;
+  geqrf(&n, &n, a, &lda, tau.data(), &q1, &lwork, &info);
+  if (info != 0) return info;
+  ormqr(&side, &trans, &n, &n, &n, a, &lda, tau.data(), q.data(), &n, &q2, &lwork, &info, 1, 1);
+  if (info != 0) return info;
+  // The queried sizes come back as reals (exact far beyond any n here); at least n, the minimum.
+  const long long lq = static_cast<long long>(q1 > q2 ? q1 : q2) + 1;
+  lwork              = static_cast<int>(lq > n ? lq : n);
+  if (work.size() < static_cast<std::size_t>(lwork)) work.resize(static_cast<std::size_t>(lwork));
+  geqrf(&n, &n, a, &lda, tau.data(), work.data(), &lwork, &info);
+  if (info != 0) return info;
+  ormqr(&side, &trans, &n, &n, &n, a, &lda, tau.data(), q.data(), &n, work.data(), &lwork, &info, 1, 1);
   if (info != 0) return info;
   for (int j = 0; j < n; ++j)
     std::copy(q.data() + static_cast<std::size_t>(j) * n, q.data() + static_cast<std::size_t>(j + 1) * n,
@@ -97,8 +106,8 @@ int qr_q(Geqrt geqrt, Gemqrt gemqrt, int n, T* a, int lda) {
 
 }  // namespace
 
-int lapack_qr_q(int n, float* a, int lda) { return qr_q<float>(sgeqrt_, sgemqrt_, n, a, lda); }
-int lapack_qr_q(int n, double* a, int lda) { return qr_q<double>(dgeqrt_, dgemqrt_, n, a, lda); }
+int lapack_qr_q(int n, float* a, int lda) { return qr_q<float>(sgeqrf_, sormqr_, n, a, lda); }
+int lapack_qr_q(int n, double* a, int lda) { return qr_q<double>(dgeqrf_, dormqr_, n, a, lda); }
 
 int lapack_syevd(int n, float* a, int lda, float* w) { return syevd<float>(ssyevd_, n, a, lda, w); }
 int lapack_syevd(int n, double* a, int lda, double* w) { return syevd<double>(dsyevd_, n, a, lda, w); }

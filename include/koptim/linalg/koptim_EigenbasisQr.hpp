@@ -18,7 +18,7 @@
 //   The signs of the columns are LAPACK's (a column may come back negated; the preconditioners that
 //   use these bases do not depend on the signs).
 //
-// Host-accessible memory only (LAPACK ?geqrt/?gemqrt and BLAS ?gemm, one matrix per host thread).
+// Host-accessible memory only (LAPACK ?geqrf/?ormqr and BLAS ?gemm, one matrix per host thread).
 #ifndef KOPTIM_LINALG_EIGENBASISQR_HPP
 #define KOPTIM_LINALG_EIGENBASISQR_HPP
 

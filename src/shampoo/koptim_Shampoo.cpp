@@ -160,10 +160,11 @@ struct BlockState {
   std::vector<std::int64_t> shape;  // block extents
   std::int64_t size = 0;
   std::vector<FactorRef> factors;
-  Vec<T> filtered;    // M (first moment), when b1 > 0
-  Vec<T> graft;       // grafting accumulator, AdaGrad/RMSProp/Adam
-  Vec<T> momentum;    // classic momentum, when momentum > 0
-  Vec<T> correction;  // eigenvalue correction E, eigenvalue-corrected variant
+  std::vector<int> preconditioned;  // the dimensions j with a factor (slot >= 0), ascending
+  Vec<T> filtered;                  // M (first moment), when b1 > 0
+  Vec<T> graft;                     // grafting accumulator, AdaGrad/RMSProp/Adam
+  Vec<T> momentum;                  // classic momentum, when momentum > 0
+  Vec<T> correction;                // eigenvalue correction E, eigenvalue-corrected variant
   // Workspace (not state).
   Vec<T> g, w, mhat, p, q;
   std::size_t piece = 0;  // of the update all-gather (the block's place in it)
@@ -310,6 +311,7 @@ ShampooBlocks<T>::ShampooBlocks(const Shampoo& owner, const ParameterSet& ps,
         f.n        = blk.sizes[j];
         f.exponent = owner.inverse_exponent(blk.order(), j);
         if (o.eigenvalue_corrected || f.exponent != 0.0) f.slot = counts[f.n]++;
+        if (f.slot >= 0) b.preconditioned.push_back(j);
         b.factors.push_back(f);
       }
       if (b1_ > 0.0) b.filtered = Vec<T>(label + "/filtered_grad", b.size);
@@ -483,9 +485,7 @@ void ShampooBlocks<T>::correct() {
 template <class T>
 void ShampooBlocks<T>::precondition(BlockState<T>& b, const Vec<T>& in, const Vec<T>& out, const Vec<T>& spare,
                                     bool inverse_rotation, bool serial) {
-  std::vector<int> dims;
-  for (int j = 0; j < static_cast<int>(b.factors.size()); ++j)
-    if (b.factors[j].slot >= 0) dims.push_back(j);
+  const std::vector<int>& dims = b.preconditioned;
   if (!roots_ready_ || dims.empty()) {
     if (serial)
       std::copy(in.data(), in.data() + in.size(), out.data());

@@ -68,12 +68,16 @@ Teuchos::ParameterList config(const std::string& variant) {
   l.set("precondition_frequency", 3);
   l.set("weight_decay", 0.01);
   if (variant == "adam") l.set("grafting", std::string("Adam"));
-  if (variant == "eigenvalue_corrected") {
+  if (variant == "eigenvalue_corrected" || variant == "qr_refresh") {
     l.set("eigenvalue_corrected", true);
     Teuchos::Array<double> betas(2);
     betas[0] = 0.9;
     betas[1] = 0.99;
     l.set("betas", betas);
+  }
+  if (variant == "qr_refresh") {
+    l.set("eigenbasis", std::string("qr"));
+    l.set("qr_tolerance", 0.0);  // a QR step at every refresh after the first
   }
   if (variant == "momentum") {
     l.set("grafting", std::string("RMSProp"));
@@ -106,6 +110,7 @@ TEST(ShampooDistributed, EqualsOneProcessBitwiseWithGrafting) { expect_bitwise_e
 TEST(ShampooDistributed, EqualsOneProcessBitwiseEigenvalueCorrected) {
   expect_bitwise_equal_to_one_process("eigenvalue_corrected", -1);
 }
+TEST(ShampooDistributed, EqualsOneProcessBitwiseQrRefresh) { expect_bitwise_equal_to_one_process("qr_refresh", -1); }
 TEST(ShampooDistributed, EqualsOneProcessBitwiseWithMomentum) { expect_bitwise_equal_to_one_process("momentum", -1); }
 TEST(ShampooDistributed, EqualsOneProcessBitwiseGroupsOf1) { expect_bitwise_equal_to_one_process("adam", 1); }
 TEST(ShampooDistributed, EqualsOneProcessBitwiseGroupsOf2) { expect_bitwise_equal_to_one_process("adam", 2); }

@@ -20,6 +20,7 @@
 namespace {
 
 using koptim::linalg::batched_eigenbasis_qr;
+using koptim::linalg::batched_eigenbasis_qr_team;
 using koptim::linalg::QrRefreshOptions;
 using koptim_test::Dense;
 
@@ -226,6 +227,103 @@ TEST(EigenbasisQr, ReportsAndKeepsTheBasis) {
   QrRefreshOptions bad;
   bad.tolerance = 1.5;
   EXPECT_THROW(batched_eigenbasis_qr(a, V, info, it3, bad), koptim::ConfigError);
+}
+
+// The team form (one Kokkos team per matrix, any memory space) on the same inputs: V replaced
+// with its result.
+template <class T>
+Run refresh_team(const std::vector<Dense>& A, Batch<T>& V, const QrRefreshOptions& o) {
+  const int nb = static_cast<int>(A.size()), n = A.empty() ? 0 : A[0].n;
+  Kokkos::View<T***> a("A", nb, n, n), v("V", nb, n, n), q("Q", nb, n, n), p("P", nb, n, n);
+  Kokkos::View<T**> tau("tau", nb, n);
+  Kokkos::View<double**> d("d", nb, n);
+  Kokkos::View<int*> info("info", nb), it("iterations", nb);
+  auto ah = Kokkos::create_mirror_view(a);
+  for (int b = 0; b < nb; ++b)
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < n; ++j) ah(b, i, j) = static_cast<T>(A[b](i, j));
+  Kokkos::deep_copy(a, ah);
+  auto vh = Kokkos::create_mirror_view(v);
+  for (int b = 0; b < nb; ++b)
+    for (int i = 0; i < n; ++i)
+      for (int k = 0; k < n; ++k) vh(b, i, k) = V(b, i, k);
+  Kokkos::deep_copy(v, vh);
+  batched_eigenbasis_qr_team(Kokkos::DefaultExecutionSpace(), a, v, info, it, o, q, p, tau, d);
+  Kokkos::deep_copy(vh, v);
+  for (int b = 0; b < nb; ++b)
+    for (int i = 0; i < n; ++i)
+      for (int k = 0; k < n; ++k) V(b, i, k) = vh(b, i, k);
+  auto ih = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), info);
+  auto th = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), it);
+  Run r;
+  for (int b = 0; b < nb; ++b) {
+    r.info.push_back(ih(b));
+    r.iterations.push_back(th(b));
+  }
+  return r;
+}
+
+// The team form takes the same decisions as the LAPACK form and gives the same bases up to
+// rounding and column signs: a batch of an exact basis (no step) and bases far from the answer
+// (one or more steps), with the default tolerance and with 0.
+template <class T>
+void team_form_agrees_with_lapack() {
+  std::mt19937 gen(23);
+  const int n          = 9;
+  std::vector<Dense> A = {koptim_test::tridiagonal(n)};
+  for (int b = 0; b < 3; ++b) A.push_back(koptim_test::random_spd(n, gen, 1.0, 0.25 * n));
+  const auto start = tridiagonal_basis<T>(n, true);  // descending: the exact basis needs ordering
+  const double tol = std::is_same<T, float>::value ? 5e-4 : 1e-11;
+  for (const double tolerance : {0.01, 0.0}) {
+    for (const int steps : {1, 3}) {
+      Batch<T> V1("V1", A.size(), n, n), V2("V2", A.size(), n, n);
+      for (std::size_t b = 0; b < A.size(); ++b)
+        for (int i = 0; i < n; ++i)
+          for (int k = 0; k < n; ++k) V1(b, i, k) = V2(b, i, k) = start(0, i, k);
+      QrRefreshOptions o;
+      o.tolerance      = tolerance;
+      o.max_iterations = steps;
+      const auto r1    = refresh<T>(A, V1, o);
+      const auto r2    = refresh_team<T>(A, V2, o);
+      EXPECT_EQ(r1.info, r2.info) << tolerance << " " << steps;
+      EXPECT_EQ(r1.iterations, r2.iterations) << tolerance << " " << steps;
+      if (tolerance > 0) EXPECT_EQ(r2.iterations[0], 0);
+      for (std::size_t b = 0; b < A.size(); ++b) {
+        for (int k = 0; k < n; ++k) {
+          double dot = 0;
+          for (int i = 0; i < n; ++i) dot += static_cast<double>(V1(b, i, k)) * V2(b, i, k);
+          const double sign = dot < 0 ? -1.0 : 1.0;
+          for (int i = 0; i < n; ++i)
+            ASSERT_NEAR(static_cast<double>(V2(b, i, k)), sign * V1(b, i, k), tol)
+                << "matrix " << b << " column " << k << " tolerance " << tolerance << " steps " << steps;
+        }
+      }
+    }
+  }
+}
+TEST(EigenbasisQr, TeamFormAgreesWithLapackDouble) { team_form_agrees_with_lapack<double>(); }
+TEST(EigenbasisQr, TeamFormAgreesWithLapackFloat) { team_form_agrees_with_lapack<float>(); }
+
+TEST(EigenbasisQr, TeamFormReportsAndKeepsTheBasis) {
+  const int n = 4;
+  Dense nan   = koptim_test::tridiagonal(n), zero(n), huge(n);
+  nan(1, 2)   = std::nan("");  // the upper triangle is not read: a NaN there is no NaN
+  nan(2, 1)   = std::nan("");
+  for (auto& x : huge.a) x = 1e308;
+  Batch<double> V("V", 3, n, n);
+  for (int b = 0; b < 3; ++b)
+    for (int i = 0; i < n; ++i)
+      for (int k = 0; k < n; ++k) V(b, i, k) = 0.5 * ((i * k) % 2 == 0 || i == 0 ? 1.0 : -1.0);
+  Batch<double> before("before", 3, n, n);
+  Kokkos::deep_copy(before, V);
+  const auto r = refresh_team<double>({nan, zero, huge}, V, QrRefreshOptions{});
+  EXPECT_EQ(r.info[0], koptim::linalg::eigh_info_nonfinite_input);
+  EXPECT_EQ(r.info[1], 0);
+  EXPECT_EQ(r.iterations[1], 0);
+  EXPECT_EQ(r.info[2], koptim::linalg::eigenbasis_info_nonfinite_result);
+  for (int b = 0; b < 3; ++b)
+    for (int i = 0; i < n; ++i)
+      for (int k = 0; k < n; ++k) ASSERT_EQ(V(b, i, k), before(b, i, k)) << b;
 }
 
 }  // namespace

@@ -180,6 +180,8 @@ std::vector<Case> cases() {
         l.set("eigenbasis", std::string("qr"));
         l.set("qr_tolerance", 0.0);
         out.push_back({"Shampoo, " + dtype + ", eigenvalue-corrected, QR refresh", l, true});
+        l.set("eigensolver", std::string("jacobi"));  // the Kokkos refresh (one team per matrix)
+        out.push_back({"Shampoo, " + dtype + ", eigenvalue-corrected, QR refresh, Jacobi", l, true});
         continue;
       }
       l.set("eigensolver", std::string("automatic"));

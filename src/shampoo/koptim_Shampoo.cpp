@@ -547,12 +547,42 @@ void ShampooBlocks<T>::amortized(std::int64_t t) {
     std::vector<int> status(m, 0);  // 0 ok, 1 solver failure, 2 non-finite input, 3 non-finite output
     if (o_.eigenvalue_corrected) {
       // Eigenvectors of the factors (bias correction and eps do not change them).
-      const auto w    = ws.template matrix<T>("koptim::Shampoo::eigenvalues", m, n, true);
-      const auto info = ws.template vector<int>("koptim::Shampoo::eigh_info", m, true);
-      const bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible;
-      if (o_.eigenbasis == Eigenbasis::qr && roots_ready_) {
-        // Warm start from the current eigenvectors (LAPACK's QR on the host: device factors and
-        // eigenvectors go through host mirrors, aliases when the memory is host-accessible).
+      const auto w         = ws.template matrix<T>("koptim::Shampoo::eigenvalues", m, n, true);
+      const auto info      = ws.template vector<int>("koptim::Shampoo::eigh_info", m, true);
+      const bool host      = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible;
+      const bool lapack_qr = host && o_.eigensolver != linalg::EighSolver::jacobi;
+      const bool team_qr   = o_.eigenbasis == Eigenbasis::qr && !lapack_qr;
+      // The team refresh's buffers, taken at the first (exact) refresh already, so that no later
+      // step allocates.
+      using Workspace = linalg::RootWorkspace<MemorySpace>;
+      typename Workspace::template Batch<T> Q, P;
+      typename Workspace::template Matrix<T> tau;
+      typename Workspace::template Matrix<double> d;
+      typename Workspace::template Vector<int> iters;
+      if (team_qr) {
+        Q     = ws.template batch<T>("koptim::Shampoo::qr_basis", m, n, n);
+        P     = ws.template batch<T>("koptim::Shampoo::qr_product", m, n, n);
+        tau   = ws.template matrix<T>("koptim::Shampoo::qr_tau", m, n);
+        d     = ws.template matrix<double>("koptim::Shampoo::qr_estimates", m, n);
+        iters = ws.template vector<int>("koptim::Shampoo::qr_iterations", m);
+      }
+      if (team_qr && roots_ready_) {
+        // Warm start from the current eigenvectors, one Kokkos team per matrix where the memory is
+        // not the host's (or eigensolver = jacobi asks for the device solvers).
+        linalg::QrRefreshOptions qo;
+        qo.max_iterations = o_.qr_max_iterations;
+        qo.tolerance      = o_.qr_tolerance;
+        linalg::batched_eigenbasis_qr_team(ExecutionSpace(), Lhat, s.X, info, iters, qo, Q, P, tau, d);
+        auto hi = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), info);
+        auto ht = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), iters);
+        for (std::int64_t a = 0; a < m; ++a) {
+          status[a] = hi(a) == 0 ? 0 : (hi(a) == linalg::eigh_info_nonfinite_input ? 2 : 1);
+          qr_iterations_ += ht(a);
+        }
+        qr_refreshes_ += m;
+      } else if (o_.eigenbasis == Eigenbasis::qr && roots_ready_) {
+        // Warm start from the current eigenvectors with LAPACK's QR, the matrices concurrently on
+        // the host threads.
         auto Lh = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), Lhat);
         auto Xh = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), s.X);
         auto hi = Kokkos::create_mirror_view(Kokkos::HostSpace(), info);

@@ -55,7 +55,8 @@ void visit_keys(O& o, V& v) {
          R::qr_tolerance);
   v.choice("root_method", o.root_method, "Inverse roots by symmetric eigendecomposition or coupled Newton.");
   v.choice("eigensolver", o.eigensolver,
-           "automatic (LAPACK for host memory, batched Jacobi otherwise), lapack or jacobi.");
+           "automatic (LAPACK for host memory, batched Jacobi otherwise), lapack or jacobi; for eigenbasis = qr, "
+           "the refresh runs in LAPACK for host memory unless jacobi is chosen, in a Kokkos kernel otherwise.");
   v.boolean("pseudo_inverse", o.pseudo_inverse, "Pseudo-inverse roots of rank-deficient factors (needs epsilon = 0).");
   v.real("rank_rtol", o.rank_rtol, "Pseudo-inverse: eigenvalues <= max(rank_rtol lambda_max, rank_atol) count as zero.",
          R::rank_rtol);

@@ -18,7 +18,11 @@
 //   The signs of the columns are LAPACK's (a column may come back negated; the preconditioners that
 //   use these bases do not depend on the signs).
 //
-// Host-accessible memory only (LAPACK ?geqrf/?ormqr and BLAS ?gemm, one matrix per host thread).
+// Two forms: batched_eigenbasis_qr for host-accessible memory (LAPACK ?geqrf/?ormqr and BLAS ?gemm,
+// one matrix per host thread), and batched_eigenbasis_qr_team for any memory space (one Kokkos team
+// per matrix: the product, the estimates, an unblocked Householder QR with LAPACK's reflector
+// convention (?geqr2, then ?org2r's backward accumulation) and the ordering in one kernel). Both
+// take the same decisions and give the same bases up to rounding.
 #ifndef KOPTIM_LINALG_EIGENBASISQR_HPP
 #define KOPTIM_LINALG_EIGENBASISQR_HPP
 
@@ -181,6 +185,193 @@ void batched_eigenbasis_qr(const BatchView& A, const VectorsView& V, const InfoV
       for (std::size_t i = 0; i < n; ++i) V(m, i, k) = v[i + k * n];
   };
   Impl::lapack_batch(nb, solve);
+}
+
+// The same refresh as one kernel, a team per matrix, in any memory space: A and V as above
+// (rank 3, LayoutRight or not), info and iterations (rank 1) in the execution space's memory;
+// Q, P (batch x n x n), tau (batch x n) and d (batch x n, double: the estimates) are workspace. Only the lower triangle
+// of A is read. Meant for device memory and small blocks (the product costs n^3 per matrix on one team, the QR n steps
+// with three team synchronisations each); LAPACK's rescaling of tiny reflector norms
+// (?larfg) is not reproduced: a column whose norm underflows T is taken as zero.
+template <class ExecSpace, class BatchView, class VectorsView, class InfoView, class IterationsView, class Work3,
+          class Work2, class Estimates>
+void batched_eigenbasis_qr_team(const ExecSpace& space, const BatchView& A, const VectorsView& V, const InfoView& info,
+                                const IterationsView& iterations, const QrRefreshOptions& o, const Work3& Q,
+                                const Work3& P, const Work2& tau, const Estimates& d) {
+  using T = typename VectorsView::non_const_value_type;
+  static_assert(
+      BatchView::rank == 3 && VectorsView::rank == 3 && Work3::rank == 3 && Work2::rank == 2 && Estimates::rank == 2,
+      "batched_eigenbasis_qr_team: A, V, Q, P rank 3; tau, d rank 2");
+  static_assert(std::is_same<typename Estimates::non_const_value_type, double>::value,
+                "batched_eigenbasis_qr_team: the estimates d are double, as in batched_eigenbasis_qr");
+  static_assert(std::is_floating_point<T>::value, "batched_eigenbasis_qr_team: the scalar type must be floating point");
+  koptim::Impl::ScopedRegion region("koptim::linalg::batched_eigenbasis_qr_team");
+  const int nb = static_cast<int>(A.extent(0)), n = static_cast<int>(A.extent(1));
+  if (A.extent(2) != A.extent(1) || V.extent(0) != A.extent(0) || V.extent(1) != A.extent(1) ||
+      V.extent(2) != A.extent(1) || info.extent(0) != A.extent(0) || iterations.extent(0) != A.extent(0) ||
+      Q.extent(0) < A.extent(0) || Q.extent(1) < A.extent(1) || Q.extent(2) < A.extent(1) ||
+      P.extent(0) < A.extent(0) || P.extent(1) < A.extent(1) || P.extent(2) < A.extent(1) ||
+      tau.extent(0) < A.extent(0) || tau.extent(1) < A.extent(1) || d.extent(0) < A.extent(0) ||
+      d.extent(1) < A.extent(1)) {
+    throw koptim::ShapeError("koptim::linalg::batched_eigenbasis_qr_team: extents do not match (A " +
+                             std::to_string(nb) + " x " + std::to_string(n) + " x " + std::to_string(A.extent(2)) +
+                             ")");
+  }
+  if (o.max_iterations < 0 || !(o.tolerance >= 0.0 && o.tolerance <= 1.0)) {
+    throw koptim::ConfigError(
+        "koptim::linalg::batched_eigenbasis_qr_team: max_iterations = " + std::to_string(o.max_iterations) +
+        ", tolerance = " + Impl::num(o.tolerance) + "; allowed: max_iterations >= 0 and tolerance in [0, 1]");
+  }
+  if (nb == 0) return;
+  using Policy           = Kokkos::TeamPolicy<ExecSpace>;
+  using Member           = typename Policy::member_type;
+  const int max_it       = o.max_iterations;
+  const double tolerance = o.tolerance;
+  Kokkos::parallel_for(
+      "koptim::linalg::eigenbasis_qr_team", Policy(space, nb, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
+        const int a = team.league_rank();
+        // A symmetric from its lower triangle; its Frobenius norm and finiteness.
+        const auto sym = [&](int i, int j) { return i >= j ? A(a, i, j) : A(a, j, i); };
+        int bad        = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, n * n),
+            [&](const int e, int& c) {
+              if (!koptim::Impl::is_finite(sym(e / n, e % n))) ++c;
+            },
+            bad);
+        if (bad != 0) {
+          Kokkos::single(Kokkos::PerTeam(team), [&]() {
+            info(a)       = eigh_info_nonfinite_input;
+            iterations(a) = 0;
+          });
+          return;
+        }
+        double a2 = 0.0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, n * n),
+            [&](const int e, double& s) {
+              const double x = sym(e / n, e % n);
+              s += x * x;
+            },
+            a2);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n * n),
+                             [&](const int e) { Q(a, e / n, e % n) = V(a, e / n, e % n); });
+        team.team_barrier();
+        // P = A Q and the estimates d_k = Q(:,k) . P(:,k); false when P is not finite.
+        const auto estimate = [&]() {
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n * n), [&](const int e) {
+            const int i = e / n, k = e % n;
+            T s = 0;
+            for (int j = 0; j < n; ++j) s += sym(i, j) * Q(a, j, k);
+            P(a, i, k) = s;
+          });
+          team.team_barrier();
+          int nonfinite = 0;
+          Kokkos::parallel_reduce(
+              Kokkos::TeamThreadRange(team, n * n),
+              [&](const int e, int& c) {
+                if (!koptim::Impl::is_finite(P(a, e / n, e % n))) ++c;
+              },
+              nonfinite);
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](const int k) {
+            double s = 0.0;
+            for (int i = 0; i < n; ++i) s += static_cast<double>(Q(a, i, k)) * P(a, i, k);
+            d(a, k) = s;
+          });
+          team.team_barrier();
+          return nonfinite == 0;
+        };
+        const auto converged = [&]() {
+          if (tolerance == 0.0) return false;
+          double d2 = 0.0;
+          Kokkos::parallel_reduce(
+              Kokkos::TeamThreadRange(team, n),
+              [&](const int k, double& s) {
+                const double x = d(a, k);
+                s += x * x;
+              },
+              d2);
+          const double off2 = a2 - d2 > 0.0 ? a2 - d2 : 0.0;
+          return koptim::Impl::sqrt(off2) <= tolerance * koptim::Impl::sqrt(a2);
+        };
+        int it = 0, code = 0;
+        if (!estimate()) code = eigenbasis_info_nonfinite_result;
+        while (code == 0 && it < max_it && !converged()) {
+          // Householder QR of P in place (?geqr2): reflector k zeroes P(k+1:n, k).
+          for (int k = 0; k < n; ++k) {
+            T x2 = 0;
+            Kokkos::parallel_reduce(
+                Kokkos::TeamThreadRange(team, k + 1, n), [&](const int i, T& s) { s += P(a, i, k) * P(a, i, k); }, x2);
+            const T alpha = P(a, k, k);
+            T t = 0, beta = alpha, scale = 0;
+            if (x2 > T(0)) {
+              beta  = alpha >= T(0) ? -koptim::Impl::sqrt(alpha * alpha + x2) : koptim::Impl::sqrt(alpha * alpha + x2);
+              t     = (beta - alpha) / beta;
+              scale = T(1) / (alpha - beta);
+            }
+            team.team_barrier();  // every thread has read alpha
+            if (t != T(0))
+              Kokkos::parallel_for(Kokkos::TeamThreadRange(team, k + 1, n), [&](const int i) { P(a, i, k) *= scale; });
+            Kokkos::single(Kokkos::PerTeam(team), [&]() {
+              P(a, k, k) = beta;
+              tau(a, k)  = t;
+            });
+            team.team_barrier();
+            if (t != T(0)) {
+              Kokkos::parallel_for(Kokkos::TeamThreadRange(team, k + 1, n), [&](const int j) {
+                T w = P(a, k, j);
+                for (int i = k + 1; i < n; ++i) w += P(a, i, k) * P(a, i, j);
+                w *= t;
+                P(a, k, j) -= w;
+                for (int i = k + 1; i < n; ++i) P(a, i, j) -= w * P(a, i, k);
+              });
+            }
+            team.team_barrier();
+          }
+          // Q = H_0 ... H_{n-1} applied to the identity, last reflector first (?org2r).
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n * n),
+                               [&](const int e) { Q(a, e / n, e % n) = e / n == e % n ? T(1) : T(0); });
+          team.team_barrier();
+          for (int k = n - 1; k >= 0; --k) {
+            const T t = tau(a, k);
+            if (t != T(0)) {
+              Kokkos::parallel_for(Kokkos::TeamThreadRange(team, k, n), [&](const int j) {
+                T w = Q(a, k, j);
+                for (int i = k + 1; i < n; ++i) w += P(a, i, k) * Q(a, i, j);
+                w *= t;
+                Q(a, k, j) -= w;
+                for (int i = k + 1; i < n; ++i) Q(a, i, j) -= w * P(a, i, k);
+              });
+            }
+            team.team_barrier();
+          }
+          ++it;
+          if (!estimate()) code = eigenbasis_info_nonfinite_result;
+        }
+        if (code == 0) {
+          int nonfinite = 0;
+          Kokkos::parallel_reduce(
+              Kokkos::TeamThreadRange(team, n * n),
+              [&](const int e, int& c) {
+                if (!koptim::Impl::is_finite(Q(a, e / n, e % n))) ++c;
+              },
+              nonfinite);
+          if (nonfinite != 0) code = eigenbasis_info_nonfinite_result;
+        }
+        if (code == 0) {
+          // Ascending estimates, stable: column k goes to its rank.
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](const int k) {
+            const double dk = d(a, k);
+            int r           = 0;
+            for (int j = 0; j < n; ++j) r += (d(a, j) < dk || (d(a, j) == dk && j < k)) ? 1 : 0;
+            for (int i = 0; i < n; ++i) V(a, i, r) = Q(a, i, k);
+          });
+        }
+        Kokkos::single(Kokkos::PerTeam(team), [&]() {
+          info(a)       = code;
+          iterations(a) = it;
+        });
+      });
 }
 
 }  // namespace linalg

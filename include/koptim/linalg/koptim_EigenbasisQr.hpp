@@ -114,6 +114,17 @@ int eigenbasis_qr_one(int n, const T* a, T* v, T* work, const QrRefreshOptions& 
   return 0;
 }
 
+// Column j of matrix a of C <- H_k C(:, j), with H_k = I - t v v^T the reflector stored in column
+// k of matrix a of R below its diagonal (v = (0, ..., 0, 1, R(k+1:n, k)), LAPACK's convention).
+template <class R, class C, class T>
+KOKKOS_INLINE_FUNCTION void apply_reflector(const R& r, const C& c, int a, int k, int j, int n, T t) {
+  T w = c(a, k, j);
+  for (int i = k + 1; i < n; ++i) w += r(a, i, k) * c(a, i, j);
+  w *= t;
+  c(a, k, j) -= w;
+  for (int i = k + 1; i < n; ++i) c(a, i, j) -= w * r(a, i, k);
+}
+
 }  // namespace Impl
 
 // The refresh above for every matrix of a batch: A (batch x n x n, symmetric; only its lower
@@ -317,15 +328,9 @@ void batched_eigenbasis_qr_team(const ExecSpace& space, const BatchView& A, cons
               tau(a, k)  = t;
             });
             team.team_barrier();
-            if (t != T(0)) {
-              Kokkos::parallel_for(Kokkos::TeamThreadRange(team, k + 1, n), [&](const int j) {
-                T w = P(a, k, j);
-                for (int i = k + 1; i < n; ++i) w += P(a, i, k) * P(a, i, j);
-                w *= t;
-                P(a, k, j) -= w;
-                for (int i = k + 1; i < n; ++i) P(a, i, j) -= w * P(a, i, k);
-              });
-            }
+            if (t != T(0))
+              Kokkos::parallel_for(Kokkos::TeamThreadRange(team, k + 1, n),
+                                   [&](const int j) { Impl::apply_reflector(P, P, a, k, j, n, t); });
             team.team_barrier();
           }
           // Q = H_0 ... H_{n-1} applied to the identity, last reflector first (?org2r).
@@ -334,15 +339,9 @@ void batched_eigenbasis_qr_team(const ExecSpace& space, const BatchView& A, cons
           team.team_barrier();
           for (int k = n - 1; k >= 0; --k) {
             const T t = tau(a, k);
-            if (t != T(0)) {
-              Kokkos::parallel_for(Kokkos::TeamThreadRange(team, k, n), [&](const int j) {
-                T w = Q(a, k, j);
-                for (int i = k + 1; i < n; ++i) w += P(a, i, k) * Q(a, i, j);
-                w *= t;
-                Q(a, k, j) -= w;
-                for (int i = k + 1; i < n; ++i) Q(a, i, j) -= w * P(a, i, k);
-              });
-            }
+            if (t != T(0))
+              Kokkos::parallel_for(Kokkos::TeamThreadRange(team, k, n),
+                                   [&](const int j) { Impl::apply_reflector(P, Q, a, k, j, n, t); });
             team.team_barrier();
           }
           ++it;

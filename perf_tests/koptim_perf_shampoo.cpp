@@ -13,6 +13,7 @@
 #include "koptim_PerfModels.hpp"
 
 #include <koptim/koptim.hpp>
+#include <koptim/linalg/koptim_EigenbasisQr.hpp>
 #include <koptim/linalg/koptim_Eigensolver.hpp>
 #include <koptim/linalg/koptim_Gemm.hpp>
 #include <koptim/linalg/koptim_MatrixRoot.hpp>
@@ -128,6 +129,31 @@ void BM_KoptimEighLapack(benchmark::State& state) {
     for (int i = 0; i < n * n; ++i) A.data()[i] = a0[i];
     benchmark::DoNotOptimize(koptim::linalg::eigh_lapack(A, w));
   }
+}
+
+// The QR refresh of 64 eigenbases of 128 x 128 factors (float, host memory, LAPACK form), per
+// matrix: arg 0, the default tolerance on bases that are exact (the test alone: one GEMM per
+// matrix); arg 1, tolerance 0 (one QR step each: a second GEMM and a QR). The bases stay exact
+// from one iteration to the next, so every iteration does the same work. Beside it,
+// BM_KoptimEighLapack/128: the exact eigendecomposition it replaces.
+void BM_EigenbasisQr(benchmark::State& state) {
+  const int m = 64, n = 128;
+  Kokkos::View<float***, Kokkos::HostSpace> A("A", m, n, n), V("V", m, n, n);
+  Kokkos::View<float**, Kokkos::HostSpace> w("w", m, n);
+  Kokkos::View<int*, Kokkos::HostSpace> info("info", m), steps("steps", m);
+  for (int b = 0; b < m; ++b) {
+    const auto a = spd(n, 200 + b);
+    for (int i = 0; i < n * n; ++i) A.data()[b * n * n + i] = V.data()[b * n * n + i] = a[i];
+  }
+  koptim::linalg::batched_eigh_lapack(V, w, info);  // V <- the exact eigenvectors
+  koptim::linalg::QrRefreshOptions o;
+  o.tolerance = state.range(0) == 0 ? 0.01 : 0.0;
+  for (auto _ : state) koptim::linalg::batched_eigenbasis_qr(A, V, info, steps, o);
+  int taken = 0;
+  for (int b = 0; b < m; ++b) taken += steps(b);
+  state.counters["us_per_matrix"] = benchmark::Counter(
+      static_cast<double>(m) * 1e-6, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  state.counters["qr_steps_per_matrix"] = static_cast<double>(taken) / m;
 }
 
 constexpr int batch = 256, small = 64;
@@ -342,7 +368,8 @@ void BM_MlpTrainingStep(benchmark::State& state) {
 
 BENCHMARK(BM_SsyevdDirect)->Arg(64)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_SsyevdPlusReconstructDirect)->Arg(64)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_KoptimEighLapack)->Arg(64)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_KoptimEighLapack)->Arg(64)->Arg(128)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_EigenbasisQr)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_KoptimInverseRootLapack)->Arg(64)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_LoopSsyevd_256x64)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_BatchedJacobi_256x64)->Unit(benchmark::kMillisecond);

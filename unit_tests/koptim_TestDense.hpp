@@ -50,6 +50,15 @@ inline Dense random_spd(int n, std::mt19937& gen, double divisor, double shift) 
   return A;
 }
 
+// h(b, i, j) = mats[b](i, j) for a host-accessible batch h (rank 3, batch x n x n), in h's scalar type.
+template <class Batch>
+void fill_batch(const Batch& h, const std::vector<Dense>& mats) {
+  using T = typename Batch::non_const_value_type;
+  for (std::size_t b = 0; b < mats.size(); ++b)
+    for (int i = 0; i < mats[b].n; ++i)
+      for (int j = 0; j < mats[b].n; ++j) h(b, i, j) = static_cast<T>(mats[b](i, j));
+}
+
 }  // namespace koptim_test
 
 #endif

@@ -31,22 +31,48 @@ struct Run {
   std::vector<int> info, iterations;
 };
 
-// A and V (column k of V(b) = vector k) for every matrix b, then the refresh.
+// A and V (column k of V(b) = vector k) for every matrix b, then the refresh: the LAPACK form on
+// host views, or (team) the team form on views of the default execution space. V is replaced with
+// the result.
 template <class T>
-Run refresh(const std::vector<Dense>& A, Batch<T>& V, const QrRefreshOptions& o) {
+Run run_refresh(const std::vector<Dense>& A, Batch<T>& V, const QrRefreshOptions& o, bool team) {
   const int nb = static_cast<int>(A.size()), n = A.empty() ? 0 : A[0].n;
-  Batch<T> a("A", nb, n, n);
-  for (int b = 0; b < nb; ++b)
-    for (int i = 0; i < n; ++i)
-      for (int j = 0; j < n; ++j) a(b, i, j) = static_cast<T>(A[b](i, j));
-  Kokkos::View<int*, Kokkos::HostSpace> info("info", nb), it("iterations", nb);
-  batched_eigenbasis_qr(a, V, info, it, o);
+  Kokkos::View<T***> a("A", nb, n, n), v("V", nb, n, n);
+  Kokkos::View<int*> info("info", nb), it("iterations", nb);
+  auto ah = Kokkos::create_mirror_view(a);
+  auto vh = Kokkos::create_mirror_view(v);
+  auto ih = Kokkos::create_mirror_view(info);
+  auto th = Kokkos::create_mirror_view(it);
+  koptim_test::fill_batch(ah, A);
+  Kokkos::deep_copy(vh, V);
+  if (team) {
+    Kokkos::View<T***> q("Q", nb, n, n), p("P", nb, n, n);
+    Kokkos::View<T**> tau("tau", nb, n);
+    Kokkos::View<double**> d("d", nb, n);
+    Kokkos::deep_copy(a, ah);
+    Kokkos::deep_copy(v, vh);
+    batched_eigenbasis_qr_team(Kokkos::DefaultExecutionSpace(), a, v, info, it, o, q, p, tau, d);
+    Kokkos::deep_copy(vh, v);
+    Kokkos::deep_copy(ih, info);
+    Kokkos::deep_copy(th, it);
+  } else {
+    batched_eigenbasis_qr(ah, vh, ih, th, o);
+  }
+  Kokkos::deep_copy(V, vh);
   Run r;
   for (int b = 0; b < nb; ++b) {
-    r.info.push_back(info(b));
-    r.iterations.push_back(it(b));
+    r.info.push_back(ih(b));
+    r.iterations.push_back(th(b));
   }
   return r;
+}
+template <class T>
+Run refresh(const std::vector<Dense>& A, Batch<T>& V, const QrRefreshOptions& o) {
+  return run_refresh<T>(A, V, o, false);
+}
+template <class T>
+Run refresh_team(const std::vector<Dense>& A, Batch<T>& V, const QrRefreshOptions& o) {
+  return run_refresh<T>(A, V, o, true);
 }
 
 // The closed-form eigenvectors of tridiagonal(n), ascending (or descending) eigenvalues.
@@ -234,40 +260,6 @@ TEST(EigenbasisQr, ReportsAndKeepsTheBasis) {
   QrRefreshOptions bad;
   bad.tolerance = 1.5;
   EXPECT_THROW(batched_eigenbasis_qr(a, V, info, it3, bad), koptim::ConfigError);
-}
-
-// The team form (one Kokkos team per matrix, any memory space) on the same inputs: V replaced
-// with its result.
-template <class T>
-Run refresh_team(const std::vector<Dense>& A, Batch<T>& V, const QrRefreshOptions& o) {
-  const int nb = static_cast<int>(A.size()), n = A.empty() ? 0 : A[0].n;
-  Kokkos::View<T***> a("A", nb, n, n), v("V", nb, n, n), q("Q", nb, n, n), p("P", nb, n, n);
-  Kokkos::View<T**> tau("tau", nb, n);
-  Kokkos::View<double**> d("d", nb, n);
-  Kokkos::View<int*> info("info", nb), it("iterations", nb);
-  auto ah = Kokkos::create_mirror_view(a);
-  for (int b = 0; b < nb; ++b)
-    for (int i = 0; i < n; ++i)
-      for (int j = 0; j < n; ++j) ah(b, i, j) = static_cast<T>(A[b](i, j));
-  Kokkos::deep_copy(a, ah);
-  auto vh = Kokkos::create_mirror_view(v);
-  for (int b = 0; b < nb; ++b)
-    for (int i = 0; i < n; ++i)
-      for (int k = 0; k < n; ++k) vh(b, i, k) = V(b, i, k);
-  Kokkos::deep_copy(v, vh);
-  batched_eigenbasis_qr_team(Kokkos::DefaultExecutionSpace(), a, v, info, it, o, q, p, tau, d);
-  Kokkos::deep_copy(vh, v);
-  for (int b = 0; b < nb; ++b)
-    for (int i = 0; i < n; ++i)
-      for (int k = 0; k < n; ++k) V(b, i, k) = vh(b, i, k);
-  auto ih = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), info);
-  auto th = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), it);
-  Run r;
-  for (int b = 0; b < nb; ++b) {
-    r.info.push_back(ih(b));
-    r.iterations.push_back(th(b));
-  }
-  return r;
 }
 
 // The team form takes the same decisions as the LAPACK form and gives the same bases up to

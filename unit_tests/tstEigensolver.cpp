@@ -190,9 +190,7 @@ JacobiRun<T> run_jacobi(const std::vector<Dense>& mats, const JacobiOptions& opt
   Kokkos::View<T**> w("w", nb, n);
   Kokkos::View<int*> info("info", nb), sweeps("sweeps", nb);
   auto Ah = Kokkos::create_mirror_view(A);
-  for (int b = 0; b < nb; ++b)
-    for (int i = 0; i < n; ++i)
-      for (int j = 0; j < n; ++j) Ah(b, i, j) = static_cast<T>(mats[b](i, j));
+  koptim_test::fill_batch(Ah, mats);
   Kokkos::deep_copy(A, Ah);
   batched_eigh_jacobi(A, w, V, info, sweeps, opt);
   JacobiRun<T> r;

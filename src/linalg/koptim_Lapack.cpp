@@ -69,45 +69,41 @@ int syevd(F fn, int n, T* a, int lda, T* w) {
   return info;
 }
 
-// Q of A = QR (Householder), n x n, column-major, in place: ?geqrf, then ?ormqr applies Q to the identity.
-// Chosen by measurement (n = 128, float, OpenBLAS 0.3.21, per matrix, 1 / 2 threads each solving its own
-// matrices): ?geqrf + ?ormqr 312 / 182 us, ?geqrf + ?orgqr 369 / 183, ?geqrt + ?gemqrt 222 / 187: the last is
-// the fastest alone but does not scale (its recursive panels make many small level-3 calls, which this
-// OpenBLAS serializes across threads), and the result must not depend on the thread count.
+// Q of A = QR (Householder), n x n, column-major (leading dimension n): ?geqrf factors a in place (a is
+// overwritten), then ?ormqr applies Q to the identity in q. Chosen by measurement (n = 128, float, OpenBLAS
+// 0.3.21, per matrix, 1 / 2 threads each solving its own matrices): ?geqrf + ?ormqr 312 / 182 us, ?geqrf +
+// ?orgqr 369 / 183, ?geqrt + ?gemqrt 222 / 187: the last is the fastest alone but does not scale (its recursive
+// panels make many small level-3 calls, which this OpenBLAS serializes across threads), and the result must not
+// depend on the thread count.
 template <class T, class Geqrf, class Ormqr>
-int qr_q(Geqrf geqrf, Ormqr ormqr, int n, T* a, int lda) {
+int qr_q(Geqrf geqrf, Ormqr ormqr, int n, T* a, T* q) {
   if (n == 0) return 0;
   // Kept per host thread between calls (the refresh runs one matrix per thread, many per step).
-  static thread_local std::vector<T> tau, work, q;
-  const std::size_t nn = static_cast<std::size_t>(n) * n;
+  static thread_local std::vector<T> tau, work;
   tau.resize(static_cast<std::size_t>(n));
-  q.assign(nn, T(0));
+  std::fill(q, q + static_cast<std::size_t>(n) * n, T(0));
   for (int i = 0; i < n; ++i) q[static_cast<std::size_t>(i) * n + i] = T(1);
   const char side = 'L', trans = 'N';
   int info = 0, lwork = -1;
   T q1 = 0, q2 = 0;
-  geqrf(&n, &n, a, &lda, tau.data(), &q1, &lwork, &info);
+  geqrf(&n, &n, a, &n, tau.data(), &q1, &lwork, &info);
   if (info != 0) return info;
-  ormqr(&side, &trans, &n, &n, &n, a, &lda, tau.data(), q.data(), &n, &q2, &lwork, &info, 1, 1);
+  ormqr(&side, &trans, &n, &n, &n, a, &n, tau.data(), q, &n, &q2, &lwork, &info, 1, 1);
   if (info != 0) return info;
   // The queried sizes come back as reals (exact far beyond any n here); at least n, the minimum.
   const long long lq = static_cast<long long>(q1 > q2 ? q1 : q2) + 1;
   lwork              = static_cast<int>(lq > n ? lq : n);
   if (work.size() < static_cast<std::size_t>(lwork)) work.resize(static_cast<std::size_t>(lwork));
-  geqrf(&n, &n, a, &lda, tau.data(), work.data(), &lwork, &info);
+  geqrf(&n, &n, a, &n, tau.data(), work.data(), &lwork, &info);
   if (info != 0) return info;
-  ormqr(&side, &trans, &n, &n, &n, a, &lda, tau.data(), q.data(), &n, work.data(), &lwork, &info, 1, 1);
-  if (info != 0) return info;
-  for (int j = 0; j < n; ++j)
-    std::copy(q.data() + static_cast<std::size_t>(j) * n, q.data() + static_cast<std::size_t>(j + 1) * n,
-              a + static_cast<std::size_t>(j) * lda);
-  return 0;
+  ormqr(&side, &trans, &n, &n, &n, a, &n, tau.data(), q, &n, work.data(), &lwork, &info, 1, 1);
+  return info;
 }
 
 }  // namespace
 
-int lapack_qr_q(int n, float* a, int lda) { return qr_q<float>(sgeqrf_, sormqr_, n, a, lda); }
-int lapack_qr_q(int n, double* a, int lda) { return qr_q<double>(dgeqrf_, dormqr_, n, a, lda); }
+int lapack_qr_q(int n, float* a, float* q) { return qr_q<float>(sgeqrf_, sormqr_, n, a, q); }
+int lapack_qr_q(int n, double* a, double* q) { return qr_q<double>(dgeqrf_, dormqr_, n, a, q); }
 
 int lapack_syevd(int n, float* a, int lda, float* w) { return syevd<float>(ssyevd_, n, a, lda, w); }
 int lapack_syevd(int n, double* a, int lda, double* w) { return syevd<double>(dsyevd_, n, a, lda, w); }

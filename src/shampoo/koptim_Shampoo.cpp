@@ -547,11 +547,11 @@ void ShampooBlocks<T>::amortized(std::int64_t t) {
     std::vector<int> status(m, 0);  // 0 ok, 1 solver failure, 2 non-finite input, 3 non-finite output
     if (o_.eigenvalue_corrected) {
       // Eigenvectors of the factors (bias correction and eps do not change them).
-      const auto w         = ws.template matrix<T>("koptim::Shampoo::eigenvalues", m, n, true);
-      const auto info      = ws.template vector<int>("koptim::Shampoo::eigh_info", m, true);
-      const bool host      = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible;
-      const bool lapack_qr = host && o_.eigensolver != linalg::EighSolver::jacobi;
-      const bool team_qr   = o_.eigenbasis == Eigenbasis::qr && !lapack_qr;
+      const auto w    = ws.template matrix<T>("koptim::Shampoo::eigenvalues", m, n, true);
+      const auto info = ws.template vector<int>("koptim::Shampoo::eigh_info", m, true);
+      const bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible;
+      // The QR refresh in Kokkos where LAPACK cannot (or should not: eigensolver = jacobi) run it.
+      const bool team_qr = o_.eigenbasis == Eigenbasis::qr && (!host || o_.eigensolver == linalg::EighSolver::jacobi);
       // The team refresh's buffers, taken at the first (exact) refresh already, so that no later
       // step allocates.
       using Workspace = linalg::RootWorkspace<MemorySpace>;
@@ -559,6 +559,11 @@ void ShampooBlocks<T>::amortized(std::int64_t t) {
       typename Workspace::template Matrix<T> tau;
       typename Workspace::template Matrix<double> d;
       typename Workspace::template Vector<int> iters;
+      // The status of every matrix from its solver's code: 0 done, a non-finite input, or a failure.
+      const auto take_status = [&](const auto& codes) {
+        for (std::int64_t a = 0; a < m; ++a)
+          status[a] = codes(a) == 0 ? 0 : (codes(a) == linalg::eigh_info_nonfinite_input ? 2 : 1);
+      };
       if (team_qr) {
         Q     = ws.template batch<T>("koptim::Shampoo::qr_basis", m, n, n);
         P     = ws.template batch<T>("koptim::Shampoo::qr_product", m, n, n);
@@ -566,37 +571,28 @@ void ShampooBlocks<T>::amortized(std::int64_t t) {
         d     = ws.template matrix<double>("koptim::Shampoo::qr_estimates", m, n);
         iters = ws.template vector<int>("koptim::Shampoo::qr_iterations", m);
       }
-      if (team_qr && roots_ready_) {
-        // Warm start from the current eigenvectors, one Kokkos team per matrix where the memory is
-        // not the host's (or eigensolver = jacobi asks for the device solvers).
+      if (o_.eigenbasis == Eigenbasis::qr && roots_ready_) {
+        // Warm start from the current eigenvectors: one Kokkos team per matrix where the memory is
+        // not the host's (or eigensolver = jacobi asks for the device solvers), else LAPACK's QR with
+        // the matrices concurrently on the host threads.
         linalg::QrRefreshOptions qo;
         qo.max_iterations = o_.qr_max_iterations;
         qo.tolerance      = o_.qr_tolerance;
-        linalg::batched_eigenbasis_qr_team(ExecutionSpace(), Lhat, s.X, info, iters, qo, Q, P, tau, d);
-        auto hi = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), info);
-        auto ht = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), iters);
-        for (std::int64_t a = 0; a < m; ++a) {
-          status[a] = hi(a) == 0 ? 0 : (hi(a) == linalg::eigh_info_nonfinite_input ? 2 : 1);
-          qr_iterations_ += ht(a);
-        }
-        qr_refreshes_ += m;
-      } else if (o_.eigenbasis == Eigenbasis::qr && roots_ready_) {
-        // Warm start from the current eigenvectors with LAPACK's QR, the matrices concurrently on
-        // the host threads.
-        auto Lh = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), Lhat);
-        auto Xh = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), s.X);
-        auto hi = Kokkos::create_mirror_view(Kokkos::HostSpace(), info);
+        auto hi           = Kokkos::create_mirror_view(Kokkos::HostSpace(), info);
         std::vector<int> qr_steps(m);
-        const Kokkos::View<int*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> iters(qr_steps.data(), m);
-        linalg::QrRefreshOptions qo;
-        qo.max_iterations = o_.qr_max_iterations;
-        qo.tolerance      = o_.qr_tolerance;
-        linalg::batched_eigenbasis_qr(Lh, Xh, hi, iters, qo);
-        Kokkos::deep_copy(s.X, Xh);
-        for (std::int64_t a = 0; a < m; ++a) {
-          status[a] = hi(a) == 0 ? 0 : (hi(a) == linalg::eigh_info_nonfinite_input ? 2 : 1);
-          qr_iterations_ += iters(a);
+        const Kokkos::View<int*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> steps(qr_steps.data(), m);
+        if (team_qr) {
+          linalg::batched_eigenbasis_qr_team(ExecutionSpace(), Lhat, s.X, info, iters, qo, Q, P, tau, d);
+          Kokkos::deep_copy(hi, info);
+          Kokkos::deep_copy(steps, iters);
+        } else {
+          auto Lh = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), Lhat);
+          auto Xh = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), s.X);
+          linalg::batched_eigenbasis_qr(Lh, Xh, hi, steps, qo);
+          Kokkos::deep_copy(s.X, Xh);
         }
+        take_status(hi);
+        for (const int k : qr_steps) qr_iterations_ += k;
         qr_refreshes_ += m;
       } else if (o_.eigensolver == linalg::EighSolver::lapack ||
                  (o_.eigensolver == linalg::EighSolver::automatic && host)) {
@@ -608,16 +604,13 @@ void ShampooBlocks<T>::amortized(std::int64_t t) {
         linalg::batched_eigh_lapack(Lh, wh, hi);
         Kokkos::deep_copy(Lhat, Lh);
         Kokkos::deep_copy(info, hi);
-        for (std::int64_t a = 0; a < m; ++a)
-          status[a] = hi(a) == 0 ? 0 : (hi(a) == linalg::eigh_info_nonfinite_input ? 2 : 1);
+        take_status(hi);
         take_eigenvectors(s.X, Lhat, info);
       } else {
         const auto V      = ws.template batch<T>("koptim::Shampoo::eigenvectors", m, n, n, true);
         const auto sweeps = ws.template vector<int>("koptim::Shampoo::sweeps", m, true);
         linalg::batched_eigh_jacobi(Lhat, w, V, info, sweeps);
-        auto hi = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), info);
-        for (std::int64_t a = 0; a < m; ++a)
-          status[a] = hi(a) == 0 ? 0 : (hi(a) == linalg::eigh_info_nonfinite_input ? 2 : 1);
+        take_status(Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), info));
         take_eigenvectors(s.X, V, info);
       }
     } else {

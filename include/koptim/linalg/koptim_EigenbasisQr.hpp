@@ -51,9 +51,18 @@ constexpr int eigenbasis_info_nonfinite_result = 2;
 
 namespace Impl {
 
-// Q of A = QR (n x n, column-major, leading dimension lda), in place; LAPACK's info.
-int lapack_qr_q(int n, float* a, int lda);
-int lapack_qr_q(int n, double* a, int lda);
+// Q of A = QR (n x n, column-major) into q; a is overwritten by the factorization. LAPACK's info.
+int lapack_qr_q(int n, float* a, float* q);
+int lapack_qr_q(int n, double* a, double* q);
+
+// The options both forms accept (thrown before any work: nothing may throw inside their loops).
+inline void check_qr_options(const QrRefreshOptions& o, const char* who) {
+  if (o.max_iterations < 0 || !(o.tolerance >= 0.0 && o.tolerance <= 1.0)) {
+    throw koptim::ConfigError(std::string(who) + ": max_iterations = " + std::to_string(o.max_iterations) +
+                              ", tolerance = " + num(o.tolerance) +
+                              "; allowed: max_iterations >= 0 and tolerance in [0, 1]");
+  }
+}
 
 // One matrix, all column-major n x n: a (symmetric, both triangles), v (orthonormal columns; replaced
 // on success), work (2 n^2). Returns 0, LAPACK's info or eigenbasis_info_nonfinite_result (v then
@@ -95,8 +104,7 @@ int eigenbasis_qr_one(int n, const T* a, T* v, T* work, const QrRefreshOptions& 
   };
   if (!estimate()) return eigenbasis_info_nonfinite_result;
   while (iterations < o.max_iterations && !converged()) {
-    std::copy(p, p + nn, q);
-    const int info = lapack_qr_q(n, q, n);
+    const int info = lapack_qr_q(n, p, q);  // p is recomputed by the next estimate
     if (info != 0) return info;
     ++iterations;
     if (!estimate()) return eigenbasis_info_nonfinite_result;
@@ -155,11 +163,7 @@ void batched_eigenbasis_qr(const BatchView& A, const VectorsView& V, const InfoV
                              std::to_string(V.extent(2)) + ", info " + std::to_string(info.extent(0)) +
                              ", iterations " + std::to_string(iterations.extent(0)));
   }
-  if (o.max_iterations < 0 || !(o.tolerance >= 0.0 && o.tolerance <= 1.0)) {
-    throw koptim::ConfigError(
-        "koptim::linalg::batched_eigenbasis_qr: max_iterations = " + std::to_string(o.max_iterations) +
-        ", tolerance = " + Impl::num(o.tolerance) + "; allowed: max_iterations >= 0 and tolerance in [0, 1]");
-  }
+  Impl::check_qr_options(o, "koptim::linalg::batched_eigenbasis_qr");
   // Before the parallel loop: nothing may throw inside it.
   Impl::check_lapack_order(n, "koptim::linalg::batched_eigenbasis_qr");
   const auto solve = [=](const std::size_t m) {
@@ -228,11 +232,7 @@ void batched_eigenbasis_qr_team(const ExecSpace& space, const BatchView& A, cons
                              std::to_string(nb) + " x " + std::to_string(n) + " x " + std::to_string(A.extent(2)) +
                              ")");
   }
-  if (o.max_iterations < 0 || !(o.tolerance >= 0.0 && o.tolerance <= 1.0)) {
-    throw koptim::ConfigError(
-        "koptim::linalg::batched_eigenbasis_qr_team: max_iterations = " + std::to_string(o.max_iterations) +
-        ", tolerance = " + Impl::num(o.tolerance) + "; allowed: max_iterations >= 0 and tolerance in [0, 1]");
-  }
+  Impl::check_qr_options(o, "koptim::linalg::batched_eigenbasis_qr_team");
   if (nb == 0) return;
   using Policy           = Kokkos::TeamPolicy<ExecSpace>;
   using Member           = typename Policy::member_type;
@@ -243,14 +243,7 @@ void batched_eigenbasis_qr_team(const ExecSpace& space, const BatchView& A, cons
         const int a = team.league_rank();
         // A symmetric from its lower triangle; its Frobenius norm and finiteness.
         const auto sym = [&](int i, int j) { return i >= j ? A(a, i, j) : A(a, j, i); };
-        int bad        = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, n * n),
-            [&](const int e, int& c) {
-              if (!koptim::Impl::is_finite(sym(e / n, e % n))) ++c;
-            },
-            bad);
-        if (bad != 0) {
+        if (Impl::team_count_nonfinite(team, n * n, [&](const int e) { return sym(e / n, e % n); }) != 0) {
           Kokkos::single(Kokkos::PerTeam(team), [&]() {
             info(a)       = eigh_info_nonfinite_input;
             iterations(a) = 0;
@@ -277,13 +270,8 @@ void batched_eigenbasis_qr_team(const ExecSpace& space, const BatchView& A, cons
             P(a, i, k) = s;
           });
           team.team_barrier();
-          int nonfinite = 0;
-          Kokkos::parallel_reduce(
-              Kokkos::TeamThreadRange(team, n * n),
-              [&](const int e, int& c) {
-                if (!koptim::Impl::is_finite(P(a, e / n, e % n))) ++c;
-              },
-              nonfinite);
+          const int nonfinite =
+              Impl::team_count_nonfinite(team, n * n, [&](const int e) { return P(a, e / n, e % n); });
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](const int k) {
             double s = 0.0;
             for (int i = 0; i < n; ++i) s += static_cast<double>(Q(a, i, k)) * P(a, i, k);
@@ -347,16 +335,8 @@ void batched_eigenbasis_qr_team(const ExecSpace& space, const BatchView& A, cons
           ++it;
           if (!estimate()) code = eigenbasis_info_nonfinite_result;
         }
-        if (code == 0) {
-          int nonfinite = 0;
-          Kokkos::parallel_reduce(
-              Kokkos::TeamThreadRange(team, n * n),
-              [&](const int e, int& c) {
-                if (!koptim::Impl::is_finite(Q(a, e / n, e % n))) ++c;
-              },
-              nonfinite);
-          if (nonfinite != 0) code = eigenbasis_info_nonfinite_result;
-        }
+        if (code == 0 && Impl::team_count_nonfinite(team, n * n, [&](const int e) { return Q(a, e / n, e % n); }) != 0)
+          code = eigenbasis_info_nonfinite_result;
         if (code == 0) {
           // Ascending estimates, stable: column k goes to its rank.
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](const int k) {

@@ -234,6 +234,19 @@ void batched_eigh_lapack(const BatchView& A, const ValuesView& w, const InfoView
 
 namespace Impl {
 
+// How many of f(0), ..., f(count - 1) are not finite, over a team (the result on every thread).
+template <class Member, class F>
+KOKKOS_INLINE_FUNCTION int team_count_nonfinite(const Member& team, int count, const F& f) {
+  int c = 0;
+  Kokkos::parallel_reduce(
+      Kokkos::TeamThreadRange(team, count),
+      [&](const int e, int& s) {
+        if (!koptim::Impl::is_finite(f(e))) ++s;
+      },
+      c);
+  return c;
+}
+
 // Team scratch of one Jacobi solve: rotation parameters and pair indices of the current
 // round, and the eigenvalues and their ranks for the final sort.
 template <class T, class ExecSpace>
@@ -468,14 +481,7 @@ void batched_eigh_jacobi(const ExecSpace& space, const BatchView& A, const Value
         auto wb = Kokkos::subview(w, b, Kokkos::ALL());
 
         // Nothing below may see a NaN: the test suite traps invalid operations.
-        int nonfinite = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, n),
-            [&](const int i, int& cnt) {
-              for (int j = 0; j < n; ++j) cnt += koptim::Impl::is_finite(Ab(i, j)) ? 0 : 1;
-            },
-            nonfinite);
-        if (nonfinite > 0) {
+        if (Impl::team_count_nonfinite(team, n * n, [&](const int e) { return Ab(e / n, e % n); }) > 0) {
           Kokkos::single(Kokkos::PerTeam(team), [&]() {
             info(b)   = eigh_info_nonfinite_input;
             sweeps(b) = 0;

@@ -216,9 +216,12 @@ KOKKOS_INLINE_FUNCTION T inverse_power(T lam, T lam_min, T lam_max, T eps, bool 
 // together (a flat index would cost an integer division per entry). Here and in the other
 // row-wise kernels, the inner loop goes through a row subview: with the rank-3 View indexed
 // directly, GCC does not vectorize it (3-5x slower on one CPU core at n = 256).
+// (The return type is spelled out: CUDA allows no extended lambda in a function whose return
+// type is deduced.)
 template <class ExecSpace, class LView, class ExpView>
-auto classify(const ExecSpace& space, RootWorkspace<typename LView::memory_space>& ws, const LView& L, const ExpView& a,
-              bool skip_diagonal) {
+typename RootWorkspace<typename LView::memory_space>::template Vector<int> classify(
+    const ExecSpace& space, RootWorkspace<typename LView::memory_space>& ws, const LView& L, const ExpView& a,
+    bool skip_diagonal) {
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
   using Member = typename Policy::member_type;
   using Flags  = Kokkos::BOr<int>;

@@ -51,78 +51,6 @@ void fill_identity(const Bank<T>& X) {
       KOKKOS_LAMBDA(const std::int64_t k) { X(k / n, k % n, k % n) = T(1); });
 }
 
-// The traversal of a block's elements with k, each element's offset in the user's View (the
-// gather and the scatter between a parameter and its block's contiguous buffer). Runs of
-// contiguous elements (BlockMap::run) take a team each, with one index computation per run;
-// other blocks (column-major parameters, whose block rows are strided) one index computation
-// per element.
-//
-// reduce_block: the sum over the elements of f(e, k), in double, into sums(slot): a reduction
-// into device memory, which the host does not wait for (each run's lanes, then the runs).
-template <class F>
-void reduce_block(const char* label, const shampoo::BlockMap& map, std::int64_t size, const F& f,
-                  const Kokkos::View<double*, MemorySpace>& sums, std::int64_t slot) {
-  const auto result = Kokkos::subview(sums, slot);
-  if (map.run > 1) {
-    using TeamPolicy       = Kokkos::TeamPolicy<ExecutionSpace>;
-    const std::int64_t run = map.run;
-    Kokkos::parallel_reduce(
-        label, TeamPolicy(static_cast<int>(size / run), Kokkos::AUTO),
-        KOKKOS_LAMBDA(const TeamPolicy::member_type& team, double& acc) {
-          const std::int64_t first = team.league_rank() * run;
-          const std::int64_t base  = map(first);
-          const double part = Impl::team_lane_sum(team, run, [&](std::int64_t i) { return f(first + i, base + i); });
-          Kokkos::single(Kokkos::PerTeam(team), [&]() { acc += part; });
-        },
-        result);
-  } else {
-    Kokkos::parallel_reduce(
-        label, Kokkos::RangePolicy<ExecutionSpace>(0, size),
-        KOKKOS_LAMBDA(const std::int64_t e, double& acc) { acc += f(e, map(e)); }, result);
-  }
-}
-
-// for_block: f(e, k) for every element.
-template <class F>
-void for_block(const char* label, const shampoo::BlockMap& map, std::int64_t size, const F& f) {
-  if (map.run > 1) {
-    using TeamPolicy       = Kokkos::TeamPolicy<ExecutionSpace>;
-    const std::int64_t run = map.run;
-    Kokkos::parallel_for(
-        label, TeamPolicy(static_cast<int>(size / run), Kokkos::AUTO),
-        KOKKOS_LAMBDA(const TeamPolicy::member_type& team) {
-          const std::int64_t first = team.league_rank() * run;
-          const std::int64_t base  = map(first);
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, run), [&](std::int64_t i) { f(first + i, base + i); });
-        });
-  } else {
-    Kokkos::parallel_for(
-        label, Kokkos::RangePolicy<ExecutionSpace>(0, size), KOKKOS_LAMBDA(const std::int64_t e) { f(e, map(e)); });
-  }
-}
-
-// body(e) for every element of a block: as a kernel, or (serial, inside blas_batch's loop over
-// blocks) as a plain loop on the calling thread. The same body, so the same results.
-template <class F>
-void each_element(bool serial, const char* label, std::int64_t n, const F& body) {
-  if (!serial) {
-    Impl::for_each_element(label, n, body);
-    return;
-  }
-  const F local = body;
-  for (std::int64_t e = 0; e < n; ++e) local(e);
-}
-
-// The lanes of the sum over a block of f(e) into result (a Lanes in device memory): as a
-// kernel, or serially in the same lanes.
-template <class F, class Result>
-void lane_sum_into(bool serial, const char* label, std::int64_t n, const F& f, const Result& result) {
-  if (serial)
-    result() = Impl::lane_sum_serial(n, f);
-  else
-    Impl::lane_sum_into(label, n, f, result);
-}
-
 // X(a) = V(a) for every matrix a whose eigendecomposition succeeded (info(a) = 0), in one kernel
 // (the others keep their previous eigenvectors): a team per matrix over its contiguous n^2
 // entries (no index arithmetic per entry).
@@ -142,6 +70,277 @@ void take_eigenvectors(const X& x, const V& v, const Info& info) {
                              [&](const std::int64_t k) { dst[a * nn + k] = src[a * nn + k]; });
       });
 }
+
+// A block's buffers as plain pointers (null where the block has none), with where its elements
+// live in the user's tensors. A table of these lets each element-wise phase of a step run as one
+// kernel over every block (for_each_block_element), and the host batch's per-block loops read the
+// same entries, so that both forms run the same bodies and give the same results.
+template <class T>
+struct BlockPointers {
+  T *g = nullptr, *w = nullptr, *mhat = nullptr, *p = nullptr, *q = nullptr;
+  T *filtered = nullptr, *graft = nullptr, *momentum = nullptr, *correction = nullptr;
+  T* update                = nullptr;  // the block's piece of the update buffer (U)
+  T* param                 = nullptr;  // the user's parameter (W) and gradient (G) of the block's tensor
+  const T* grad            = nullptr;
+  std::int64_t size        = 0;
+  std::int64_t first_chunk = 0;  // chunks of block_chunk elements before this entry's, in its table
+  std::int64_t index       = 0;  // the block's index in ShampooBlocks::blocks_ (piece index for placements)
+  shampoo::BlockMap map;
+};
+
+template <class T>
+using BlockTable = Kokkos::View<BlockPointers<T>*, MemorySpace>;
+
+// Elements per chunk of a table kernel: a CPU thread's loop, a GPU team's range.
+constexpr std::int64_t block_chunk = 4096;
+
+// The entry in [first, last) whose chunks hold chunk c.
+template <class T>
+KOKKOS_INLINE_FUNCTION const BlockPointers<T>& entry_of(const BlockTable<T>& t, std::int64_t first, std::int64_t last,
+                                                        std::int64_t c) {
+  std::int64_t lo = first, hi = last - 1;
+  while (lo < hi) {
+    const std::int64_t mid = (lo + hi + 1) / 2;
+    if (t(mid).first_chunk <= c)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return t(lo);
+}
+
+// body(b, e, k) for every element e of every entry b in [first, last) of the table, whose chunks
+// are [chunk_begin, chunk_end), as one kernel: k is the element's offset in the user's tensor when
+// Mapped (runs of BlockMap::run contiguous elements take one index computation), else 0. CPUs: a
+// chunk per iteration, on local copies of the body and the entry (their members stay in registers,
+// see koptim_Elementwise.hpp); GPUs: a team per chunk, consecutive threads on consecutive elements.
+template <bool Mapped, class T, class F>
+void for_each_block_element(const char* label, const BlockTable<T>& table, std::int64_t first, std::int64_t last,
+                            std::int64_t chunk_begin, std::int64_t chunk_end, const F& body) {
+  if (chunk_end <= chunk_begin) return;
+  if (std::is_same<ExecutionSpace::memory_space, Kokkos::HostSpace>::value) {
+    Kokkos::parallel_for(
+        label, Kokkos::RangePolicy<ExecutionSpace>(chunk_begin, chunk_end), KOKKOS_LAMBDA(const std::int64_t c) {
+          const BlockPointers<T> b = entry_of(table, first, last, c);
+          const F local            = body;
+          const std::int64_t begin = (c - b.first_chunk) * block_chunk;
+          const std::int64_t end   = begin + block_chunk < b.size ? begin + block_chunk : b.size;
+          if constexpr (Mapped) {
+            for (std::int64_t e = begin; e < end;) {
+              const std::int64_t k = b.map(e);
+              const std::int64_t n = b.map.run - e % b.map.run < end - e ? b.map.run - e % b.map.run : end - e;
+              for (std::int64_t i = 0; i < n; ++i) local(b, e + i, k + i);
+              e += n;
+            }
+          } else {
+            for (std::int64_t e = begin; e < end; ++e) local(b, e, 0);
+          }
+        });
+  } else {
+    using TeamPolicy = Kokkos::TeamPolicy<ExecutionSpace>;
+    Kokkos::parallel_for(
+        label, TeamPolicy(static_cast<int>(chunk_end - chunk_begin), Kokkos::AUTO),
+        KOKKOS_LAMBDA(const TeamPolicy::member_type& team) {
+          const std::int64_t c      = chunk_begin + team.league_rank();
+          const BlockPointers<T>& b = entry_of(table, first, last, c);
+          const std::int64_t begin  = (c - b.first_chunk) * block_chunk;
+          const std::int64_t end    = begin + block_chunk < b.size ? begin + block_chunk : b.size;
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, begin, end), [&](const std::int64_t e) {
+            if constexpr (Mapped) {
+              const std::int64_t r = e % b.map.run;
+              body(b, e, b.map(e - r) + r);
+            } else {
+              body(b, e, 0);
+            }
+          });
+        });
+  }
+}
+
+// The same body over one entry's elements on the calling thread (the host batch: inside its
+// parallel loop over blocks, no kernel).
+template <bool Mapped, class T, class F>
+void block_elements_serial(const BlockPointers<T>& b, const F& body) {
+  const F local = body;
+  if constexpr (Mapped) {
+    for (std::int64_t e = 0; e < b.size;) {
+      const std::int64_t k = b.map(e);
+      const std::int64_t n = b.map.run - e % b.map.run < b.size - e ? b.map.run - e % b.map.run : b.size - e;
+      for (std::int64_t i = 0; i < n; ++i) local(b, e + i, k + i);
+      e += n;
+    }
+  } else {
+    for (std::int64_t e = 0; e < b.size; ++e) local(b, e, 0);
+  }
+}
+
+// Per-block sums for team bodies: body(sums, b) for every entry b of the table, where sums(f) is
+// the sum of f(e) over b's elements in double, in lanes, and sums.once(g) runs g once per block.
+// As one kernel, a team per entry (TeamSums: Impl::team_lane_sum); on the calling thread
+// (SerialSums: Impl::lane_sum_serial, which is a one-thread team's order, so the host batch's
+// sums and the kernel's on a CPU backend are the same to the bit).
+template <class Member>
+struct TeamSums {
+  const Member& team;
+  std::int64_t n;
+  template <class F>
+  KOKKOS_INLINE_FUNCTION double operator()(const F& f) const {
+    return Impl::team_lane_sum(team, n, f);
+  }
+  template <class G>
+  KOKKOS_INLINE_FUNCTION void once(const G& g) const {
+    Kokkos::single(Kokkos::PerTeam(team), g);
+  }
+};
+
+struct SerialSums {
+  std::int64_t n;
+  template <class F>
+  KOKKOS_INLINE_FUNCTION double operator()(const F& f) const {
+    return Impl::lane_sum_serial(n, f).result();
+  }
+  template <class G>
+  KOKKOS_INLINE_FUNCTION void once(const G& g) const {
+    g();
+  }
+};
+
+template <class T, class Body>
+void for_each_block_team(const char* label, const BlockTable<T>& table, const Body& body) {
+  using TeamPolicy = Kokkos::TeamPolicy<ExecutionSpace>;
+  if (table.extent(0) == 0) return;
+  Kokkos::parallel_for(
+      label, TeamPolicy(static_cast<int>(table.extent(0)), Kokkos::AUTO),
+      KOKKOS_LAMBDA(const TeamPolicy::member_type& team) {
+        const BlockPointers<T>& b = table(team.league_rank());
+        body(TeamSums<TeamPolicy::member_type>{team, b.size}, b);
+      });
+}
+
+// The bodies of the element-wise phases (docs/shampoo.md): element e of block b (k: its offset
+// in the user's tensors, for the gather and the write-back).
+
+// Step 1: the gradient gathered into the block (L2 weight decay added), and W beside it.
+template <class T>
+struct GatherBody {
+  bool l2;
+  T wd;
+  KOKKOS_INLINE_FUNCTION void operator()(const BlockPointers<T>& b, std::int64_t e, std::int64_t k) const {
+    const T wi = b.param[k];
+    b.w[e]     = wi;
+    b.g[e]     = l2 ? b.grad[k] + wd * wi : b.grad[k];
+  }
+};
+
+// |G|^2 of each block into sumsq. A non-finite value makes the sum NaN (quiet: no FE_INVALID),
+// which prepare() tells apart from a finite sum of squares that overflows (Inf).
+template <class T>
+struct SquaredNormBody {
+  double* sumsq;
+  double nan;
+  template <class Sums>
+  KOKKOS_INLINE_FUNCTION void operator()(const Sums& sums, const BlockPointers<T>& b) const {
+    const T* g         = b.g;
+    const double value = nan;
+    const double s     = sums([&](const std::int64_t e) {
+      const T gi = g[e];
+      return Impl::is_finite(gi) ? static_cast<double>(gi) * static_cast<double>(gi) : value;
+    });
+    sums.once([&]() { sumsq[b.index] = s; });
+  }
+};
+
+// The grafting accumulator, the filtered gradient and its bias correction (mhat = M_hat of step 4).
+template <class T>
+struct AccumulateBody {
+  bool graft, adagrad, filter, separate;
+  T gb, one_minus_gb, b1, one_minus_b1, b3, one_minus_b3, inv_corr;
+  KOKKOS_INLINE_FUNCTION void operator()(const BlockPointers<T>& b, std::int64_t e, std::int64_t) const {
+    const T ge = b.g[e];
+    if (graft)
+      b.graft[e] =
+          adagrad ? Impl::accumulate_square(b.graft[e], ge) : Impl::ema_square(b.graft[e], ge, gb, one_minus_gb);
+    if (!filter) {
+      b.mhat[e] = ge;
+      return;
+    }
+    const T old   = b.filtered[e];
+    const T next  = b1 * old + one_minus_b1 * ge;
+    b.filtered[e] = next;
+    b.mhat[e]     = (separate ? b3 * old + one_minus_b3 * ge : next) * inv_corr;
+  }
+};
+
+// Step 3, eigenvalue correction: E <- b2 E + w R^2, R (in p) = G rotated into the eigenbasis.
+template <class T>
+struct CorrectionBody {
+  T b2, factor_w;
+  KOKKOS_INLINE_FUNCTION void operator()(const BlockPointers<T>& b, std::int64_t e, std::int64_t) const {
+    b.correction[e] = b2 * b.correction[e] + factor_w * b.p[e] * b.p[e];
+  }
+};
+
+// The grafting direction P_g into q.
+template <class T>
+struct GraftDirectionBody {
+  bool diagonal;
+  T inv_bc, eps;
+  KOKKOS_INLINE_FUNCTION void operator()(const BlockPointers<T>& b, std::int64_t e, std::int64_t) const {
+    b.q[e] = diagonal ? Impl::diagonal_precondition(b.mhat[e], b.graft[e] * inv_bc, eps) : b.mhat[e];
+  }
+};
+
+// Eigenvalue-corrected direction in the eigenbasis: the rotated M_hat (in g) over sqrt(E) + eps.
+// With epsilon = 0 a coordinate whose second moment is still 0 gets no step (not 0/0).
+template <class T>
+struct CorrectedDivideBody {
+  T inv_bc, eps;
+  KOKKOS_INLINE_FUNCTION void operator()(const BlockPointers<T>& b, std::int64_t e, std::int64_t) const {
+    const T den = Impl::sqrt(b.correction[e] * inv_bc) + eps;
+    b.g[e]      = den > T(0) ? b.g[e] / den : T(0);
+  }
+};
+
+// Per-block norm rescaling factor |P_g| / (|P_s| + 1e-16), squared norms summed in double.
+template <class T>
+struct GraftRatioBody {
+  T* ratio;
+  template <class Sums>
+  KOKKOS_INLINE_FUNCTION void operator()(const Sums& sums, const BlockPointers<T>& b) const {
+    const T* q      = b.q;
+    const T* p      = b.p;
+    const double ng = sums([&](const std::int64_t e) { return static_cast<double>(q[e]) * static_cast<double>(q[e]); });
+    const double ns = sums([&](const std::int64_t e) { return static_cast<double>(p[e]) * static_cast<double>(p[e]); });
+    sums.once([&]() { ratio[b.index] = static_cast<T>(Impl::sqrt(ng) / (Impl::sqrt(ns) + 1e-16)); });
+  }
+};
+
+// Steps 4 and 5: the direction (rescaled when grafting), weight decay, momentum, U = lr P.
+template <class T>
+struct UpdateBody {
+  bool shampoo, rescale, momentum, nesterov;
+  T alpha, lr, mu, one_minus_d;
+  const T* ratio;
+  KOKKOS_INLINE_FUNCTION void operator()(const BlockPointers<T>& b, std::int64_t e, std::int64_t) const {
+    T d = shampoo ? b.p[e] : b.q[e];
+    if (rescale) d = d * ratio[b.index];
+    T P = d + alpha * b.w[e];
+    if (momentum) {
+      const T Bn    = mu * b.momentum[e] + one_minus_d * P;
+      b.momentum[e] = Bn;
+      P             = nesterov ? one_minus_d * P + mu * Bn : Bn;
+    }
+    b.update[e] = lr * P;
+  }
+};
+
+// W -= U for every block (of every rank), from the gathered updates.
+template <class T>
+struct WriteBackBody {
+  KOKKOS_INLINE_FUNCTION void operator()(const BlockPointers<T>& b, std::int64_t e, std::int64_t k) const {
+    b.param[k] -= b.update[e];
+  }
+};
 
 }  // namespace
 
@@ -230,15 +429,30 @@ class ShampooBlocks {
   };
   // out = in x_1 op(X_1) ... x_k op(X_k) over the preconditioned dimensions; spare is workspace
   // distinct from in and out.
-  // serial: the host-serial form, on the calling thread (inside blas_batch's parallel loop).
+  // serial: the host-serial form, on the calling thread (inside host_batch's parallel loop).
   void precondition(BlockState<T>& b, const Vec<T>& in, const Vec<T>& out, const Vec<T>& spare, bool inverse_rotation,
                     bool serial);
-  // f(bi, serial) for every owned block bi: the BLAS work of one phase. With host memory, the
-  // blocks run concurrently on the host threads, each with single-threaded BLAS calls (serial =
-  // true; no kernel, no fence inside), between one fence before and one after; elsewhere in
-  // turn, each block's products through Kokkos Kernels.
+  // Each phase of a step runs in one of two forms. Host batch (host memory, every block within
+  // BLAS's int, Shampoo::batch_blocks_on_host()): host_batch(f) calls f(bi) for every owned block,
+  // the blocks concurrently on the host threads, each with single-threaded BLAS calls and its
+  // element-wise bodies as plain loops (no kernel and no fence inside), between one fence before
+  // and one after. Otherwise (device memory): each element-wise phase is one kernel over every
+  // block (the table), the products are Kokkos Kernels calls block after block.
+  bool host_batched() const { return host_batch_ && owner_.batch_blocks_on_host(); }
   template <class F>
-  void blas_batch(const F& f);
+  void host_batch(const F& f);
+  const BlockPointers<T>& entry(std::size_t bi) const { return table_host_(entry_of_block_[bi]); }
+  // Factor updates L_j <- b2 L_j + w G_(j) G_(j)^T of block bi.
+  void factor_grams(std::size_t bi, bool serial);
+  UpdateBody<T> update_body(int group, bool shampoo, const std::vector<double>& lrs,
+                            const std::vector<double>& base_lrs, const std::vector<double>& wds) const;
+  // body over every owned block's elements: one kernel over the table, or, with the group's
+  // entries only (group >= 0), one kernel per parameter group.
+  template <bool Mapped, class F>
+  void each_block_element(const char* label, const F& body) const {
+    for_each_block_element<Mapped>(label, table_, 0, static_cast<std::int64_t>(table_.extent(0)), 0, chunks_, body);
+  }
+  void build_tables();
   std::string key(const BlockState<T>& b) const { return ps_[b.param].name + "/block" + std::to_string(b.block); }
 
   const Shampoo& owner_;
@@ -266,10 +480,23 @@ class ShampooBlocks {
   // |P_g|^2, |P_s|^2 as lanes and the rescaling ratio they give, which stay on the device.
   Kokkos::View<double*, MemorySpace> sumsq_;
   Kokkos::View<double*, MemorySpace>::HostMirror sumsq_host_;
-  Kokkos::View<Impl::Lanes<double, Impl::Plus>*, MemorySpace> graft_norms_;
   Kokkos::View<T*, MemorySpace> graft_ratio_;
-  bool roots_ready_           = false;  // a root (or eigenbasis) has been computed: before, X = I exactly
-  bool host_batch_            = false;  // host memory and every block within BLAS's int: blas_batch runs blocks at once
+  // The owned blocks as a table ordered by parameter group (entry_of_block_: a block's entry),
+  // chunks_ chunks of block_chunk elements in all; groups_: each group's entries and chunks.
+  BlockTable<T> table_;
+  typename BlockTable<T>::HostMirror table_host_;
+  std::vector<std::size_t> entry_of_block_;
+  std::int64_t chunks_ = 0;
+  struct GroupRange {
+    int group;
+    std::int64_t first, last, chunk_begin, chunk_end;
+  };
+  std::vector<GroupRange> groups_;
+  // Every block of type T (placements_), for the write-back.
+  BlockTable<T> placement_table_;
+  std::int64_t placement_chunks_ = 0;
+  bool roots_ready_              = false;  // a root (or eigenbasis) has been computed: before, X = I exactly
+  bool host_batch_            = false;  // host memory and every block within BLAS's int: host_batch runs blocks at once
   std::int64_t failures_kept_ = 0;
   std::int64_t qr_iterations_ = 0, qr_refreshes_ = 0;  // eigenbasis = qr (not checkpointed: diagnostics)
   std::int64_t step_failures_ = 0, step_fallbacks_ = 0;
@@ -343,11 +570,60 @@ ShampooBlocks<T>::ShampooBlocks(const Shampoo& owner, const ParameterSet& ps,
     }
   host_batch_ = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible;
   for (const auto& b : blocks_) host_batch_ = host_batch_ && linalg::fits_host_blas(b.shape);
-  sumsq_      = Kokkos::View<double*, MemorySpace>("koptim::Shampoo::block_sumsq", blocks_.size());
-  sumsq_host_ = Kokkos::create_mirror_view(sumsq_);
-  graft_norms_ =
-      Kokkos::View<Impl::Lanes<double, Impl::Plus>*, MemorySpace>("koptim::Shampoo::graft_norms", 2 * blocks_.size());
+  sumsq_       = Kokkos::View<double*, MemorySpace>("koptim::Shampoo::block_sumsq", blocks_.size());
+  sumsq_host_  = Kokkos::create_mirror_view(sumsq_);
   graft_ratio_ = Kokkos::View<T*, MemorySpace>("koptim::Shampoo::graft_ratio", blocks_.size());
+  build_tables();
+}
+
+template <class T>
+void ShampooBlocks<T>::build_tables() {
+  auto chunks_of = [](std::int64_t n) { return (n + block_chunk - 1) / block_chunk; };
+  std::vector<std::size_t> order(blocks_.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return ps_[blocks_[a].param].group < ps_[blocks_[b].param].group;
+  });
+  table_      = BlockTable<T>("koptim::Shampoo::block_table", order.size());
+  table_host_ = Kokkos::create_mirror_view(table_);
+  entry_of_block_.resize(blocks_.size());
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const auto& b        = blocks_[order[i]];
+    const Parameter& prm = ps_[b.param];
+    BlockPointers<T> e;
+    e.g = b.g.data(), e.w = b.w.data(), e.mhat = b.mhat.data(), e.p = b.p.data(), e.q = b.q.data();
+    e.filtered = b.filtered.data(), e.graft = b.graft.data(), e.momentum = b.momentum.data();
+    e.correction  = b.correction.data();
+    e.update      = updates_.piece(b.piece).data();
+    e.param       = static_cast<T*>(prm.param.data);
+    e.grad        = static_cast<const T*>(prm.grad.data);
+    e.size        = b.size;
+    e.first_chunk = chunks_;
+    e.index       = static_cast<std::int64_t>(order[i]);
+    e.map         = b.map;
+    if (groups_.empty() || groups_.back().group != prm.group)
+      groups_.push_back({prm.group, static_cast<std::int64_t>(i), static_cast<std::int64_t>(i), chunks_, chunks_});
+    chunks_ += chunks_of(b.size);
+    groups_.back().last       = static_cast<std::int64_t>(i) + 1;
+    groups_.back().chunk_end  = chunks_;
+    table_host_(i)            = e;
+    entry_of_block_[order[i]] = i;
+  }
+  Kokkos::deep_copy(table_, table_host_);
+  placement_table_ = BlockTable<T>("koptim::Shampoo::placement_table", placements_.size());
+  auto placements  = Kokkos::create_mirror_view(placement_table_);
+  for (std::size_t k = 0; k < placements_.size(); ++k) {
+    BlockPointers<T> e;
+    e.update      = updates_.piece(k).data();
+    e.param       = static_cast<T*>(ps_[placements_[k].param].param.data);
+    e.size        = updates_.size(k);
+    e.first_chunk = placement_chunks_;
+    e.index       = static_cast<std::int64_t>(k);
+    e.map         = placements_[k].map;
+    placements(k) = e;
+    placement_chunks_ += chunks_of(e.size);
+  }
+  Kokkos::deep_copy(placement_table_, placements);
 }
 
 template <class T>
@@ -363,27 +639,21 @@ std::size_t ShampooBlocks<T>::state_bytes() const {
 // factor updates, the grafting accumulators and the filtered gradient.
 template <class T>
 std::string ShampooBlocks<T>::prepare(const std::vector<double>& wds, bool check, std::string& parameter) {
-  for (std::size_t bi = 0; bi < blocks_.size(); ++bi) {
-    auto& b              = blocks_[bi];
-    const Parameter& prm = ps_[b.param];
-    const auto G         = prm.grad.template flat<T>();
-    const auto W         = prm.param.template flat<T>();
-    const auto g = b.g, w = b.w;
-    const bool l2    = o_.weight_decay_type == WeightDecayType::L2 && wds[prm.group] != 0.0;
-    const T wd       = static_cast<T>(wds[prm.group]);
-    const double nan = std::numeric_limits<double>::quiet_NaN();
-    reduce_block(
-        "koptim::Shampoo::gather", b.map, b.size,
-        KOKKOS_LAMBDA(const std::int64_t e, const std::int64_t k) {
-          const T wi = W(k);
-          w(e)       = wi;
-          const T gi = l2 ? G(k) + wd * wi : G(k);
-          g(e)       = gi;
-          // A non-finite value makes the sum NaN (quiet: no FE_INVALID), which prepare()
-          // tells apart from a finite sum of squares that overflows (Inf).
-          return Impl::is_finite(gi) ? static_cast<double>(gi) * static_cast<double>(gi) : nan;
-        },
-        sumsq_, static_cast<std::int64_t>(bi));
+  auto gather = [&](int group) {
+    return GatherBody<T>{o_.weight_decay_type == WeightDecayType::L2 && wds[group] != 0.0, static_cast<T>(wds[group])};
+  };
+  const SquaredNormBody<T> norm{sumsq_.data(), std::numeric_limits<double>::quiet_NaN()};
+  if (host_batched()) {
+    host_batch([&](std::size_t bi) {
+      const auto& e = entry(bi);
+      block_elements_serial<true>(e, gather(ps_[blocks_[bi].param].group));
+      norm(SerialSums{e.size}, e);
+    });
+  } else {
+    for (const auto& r : groups_)
+      for_each_block_element<true>("koptim::Shampoo::gather", table_, r.first, r.last, r.chunk_begin, r.chunk_end,
+                                   gather(r.group));
+    for_each_block_team("koptim::Shampoo::gradient_norm", table_, norm);
   }
   // The one wait of the gather: every block's |G|^2 to the host, for the trace rule below.
   if (!blocks_.empty()) Kokkos::deep_copy(sumsq_host_, sumsq_);
@@ -415,52 +685,46 @@ std::string ShampooBlocks<T>::prepare(const std::vector<double>& wds, bool check
 }
 
 template <class T>
-void ShampooBlocks<T>::accumulate(std::int64_t t) {
+void ShampooBlocks<T>::factor_grams(std::size_t bi, bool serial) {
+  const auto& b    = blocks_[bi];
   const T factor_w = static_cast<T>(factor_w_), b2 = static_cast<T>(b2_);
+  for (int j = 0; j < static_cast<int>(b.factors.size()); ++j) {
+    const auto& f = b.factors[j];
+    if (f.slot < 0) continue;
+    T* L = banks_.at(f.n).L.data() + f.slot * f.n * f.n;
+    if (serial)
+      linalg::host_gram_of_unfolding<T>(b.g.data(), b.shape, j, factor_w, b2, L);
+    else
+      linalg::gram_of_unfolding<T>(b.g.data(), b.shape, j, factor_w, b2, L);
+  }
+}
+
+template <class T>
+void ShampooBlocks<T>::accumulate(std::int64_t t) {
   for (auto& b : blocks_) b.trace = next_trace(b);
-  const bool adagrad = o_.grafting == Grafting::AdaGrad;
-  const T gb = static_cast<T>(graft_beta_), one_minus_gb = static_cast<T>(1.0 - graft_beta_);
-  const bool separate = b3_ != b1_;
-  const T b1 = static_cast<T>(b1_), one_minus_b1 = static_cast<T>(1.0 - b1_), b3 = static_cast<T>(b3_),
-          one_minus_b3 = static_cast<T>(1.0 - b3_);
-  blas_batch([&](std::size_t bi, bool serial) {
-    auto& b      = blocks_[bi];
-    const auto g = b.g;
-    // Factors: L_j <- b2 L_j + w G_(j) G_(j)^T.
-    for (int j = 0; j < static_cast<int>(b.factors.size()); ++j) {
-      const auto& f = b.factors[j];
-      if (f.slot < 0) continue;
-      T* L = banks_.at(f.n).L.data() + f.slot * f.n * f.n;
-      if (serial)
-        linalg::host_gram_of_unfolding<T>(g.data(), b.shape, j, factor_w, b2, L);
-      else
-        linalg::gram_of_unfolding<T>(g.data(), b.shape, j, factor_w, b2, L);
-    }
-    // Grafting accumulator.
-    if (b.graft.size() > 0) {
-      const auto a = b.graft;
-      each_element(
-          serial, "koptim::Shampoo::graft_accumulate", b.size, KOKKOS_LAMBDA(const std::int64_t e) {
-            a(e) = adagrad ? Impl::accumulate_square(a(e), g(e)) : Impl::ema_square(a(e), g(e), gb, one_minus_gb);
-          });
-    }
-    // Filtered gradient and its bias correction: mhat = M_hat of step 4 (docs/shampoo.md).
-    const auto m = b.filtered, mhat = b.mhat;
-    const bool filter = b.filtered.size() > 0;
-    const double corr = o_.use_bias_correction && filter ? 1.0 - b3_ * std::pow(b1_, static_cast<double>(t - 1)) : 1.0;
-    const T inv_corr  = static_cast<T>(1.0 / corr);
-    each_element(
-        serial, "koptim::Shampoo::filter", b.size, KOKKOS_LAMBDA(const std::int64_t e) {
-          if (!filter) {
-            mhat(e) = g(e);
-            return;
-          }
-          const T old  = m(e);
-          const T next = b1 * old + one_minus_b1 * g(e);
-          m(e)         = next;
-          mhat(e)      = (separate ? b3 * old + one_minus_b3 * g(e) : next) * inv_corr;
-        });
-  });
+  const bool filter = b1_ > 0.0;
+  const double corr = o_.use_bias_correction && filter ? 1.0 - b3_ * std::pow(b1_, static_cast<double>(t - 1)) : 1.0;
+  const AccumulateBody<T> body{
+      o_.grafting == Grafting::AdaGrad || o_.grafting == Grafting::RMSProp || o_.grafting == Grafting::Adam,
+      o_.grafting == Grafting::AdaGrad,
+      filter,
+      b3_ != b1_,
+      static_cast<T>(graft_beta_),
+      static_cast<T>(1.0 - graft_beta_),
+      static_cast<T>(b1_),
+      static_cast<T>(1.0 - b1_),
+      static_cast<T>(b3_),
+      static_cast<T>(1.0 - b3_),
+      static_cast<T>(1.0 / corr)};
+  if (host_batched()) {
+    host_batch([&](std::size_t bi) {
+      factor_grams(bi, true);
+      block_elements_serial<false>(entry(bi), body);
+    });
+    return;
+  }
+  for (std::size_t bi = 0; bi < blocks_.size(); ++bi) factor_grams(bi, false);
+  each_block_element<false>("koptim::Shampoo::accumulate", body);
 }
 
 // Eigenvalue correction (docs/shampoo.md step 3): E <- b2 E + w R^2, R = G rotated into the eigenbasis, after the
@@ -468,15 +732,17 @@ void ShampooBlocks<T>::accumulate(std::int64_t t) {
 template <class T>
 void ShampooBlocks<T>::correct() {
   if (!o_.eigenvalue_corrected) return;
-  const T factor_w = static_cast<T>(factor_w_), b2 = static_cast<T>(b2_);
-  blas_batch([&](std::size_t bi, bool serial) {
-    auto& b = blocks_[bi];
-    precondition(b, b.g, b.p, b.q, false, serial);  // b.p = R
-    const auto E = b.correction, R = b.p;
-    each_element(
-        serial, "koptim::Shampoo::eigenvalue_correction", b.size,
-        KOKKOS_LAMBDA(const std::int64_t e) { E(e) = b2 * E(e) + factor_w * R(e) * R(e); });
-  });
+  const CorrectionBody<T> body{static_cast<T>(b2_), static_cast<T>(factor_w_)};
+  if (host_batched()) {
+    host_batch([&](std::size_t bi) {
+      auto& b = blocks_[bi];
+      precondition(b, b.g, b.p, b.q, false, true);  // b.p = R
+      block_elements_serial<false>(entry(bi), body);
+    });
+    return;
+  }
+  for (auto& b : blocks_) precondition(b, b.g, b.p, b.q, false, false);
+  each_block_element<false>("koptim::Shampoo::eigenvalue_correction", body);
 }
 
 // Rotation or root products over every preconditioned dimension: out = in x_1 op(X_1) ... x_k op(X_k).
@@ -511,17 +777,13 @@ void ShampooBlocks<T>::precondition(BlockState<T>& b, const Vec<T>& in, const Ve
 
 template <class T>
 template <class F>
-void ShampooBlocks<T>::blas_batch(const F& f) {
+void ShampooBlocks<T>::host_batch(const F& f) {
   if (blocks_.empty()) return;
-  if (!host_batch_ || !owner_.batch_blocks_on_host()) {
-    for (std::size_t bi = 0; bi < blocks_.size(); ++bi) f(bi, false);
-    return;
-  }
   linalg::host_blas_fence("before a batch of blocks");  // kernels wrote the inputs
   Kokkos::parallel_for(
-      "koptim::Shampoo::blas_batch",
+      "koptim::Shampoo::host_batch",
       Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace, Kokkos::Schedule<Kokkos::Dynamic>>(0, blocks_.size()),
-      [&](const std::size_t bi) { f(bi, true); });
+      [&](const std::size_t bi) { f(bi); });
   linalg::host_blas_fence("after a batch of blocks");  // before kernels read the results
 }
 
@@ -683,105 +945,82 @@ void ShampooBlocks<T>::amortized(std::int64_t t) {
 }
 
 template <class T>
+UpdateBody<T> ShampooBlocks<T>::update_body(int group, bool shampoo, const std::vector<double>& lrs,
+                                            const std::vector<double>& base_lrs, const std::vector<double>& wds) const {
+  const double lr = lrs[group], wd = wds[group], peak = base_lrs[group];
+  double alpha = 0.0;
+  switch (o_.weight_decay_type) {
+    case WeightDecayType::L2:
+      alpha = 0.0;
+      break;
+    case WeightDecayType::decoupled:
+      alpha = wd;
+      break;
+    case WeightDecayType::corrected:
+      alpha = peak > 0 ? wd * lr / peak : 0.0;
+      break;
+    case WeightDecayType::independent:
+      alpha = peak > 0 ? wd / peak : 0.0;
+      break;
+  }
+  return UpdateBody<T>{shampoo,
+                       shampoo && o_.grafting != Grafting::none,
+                       o_.momentum > 0.0,
+                       o_.use_nesterov,
+                       static_cast<T>(alpha),
+                       static_cast<T>(lr),
+                       static_cast<T>(o_.momentum),
+                       static_cast<T>(1.0 - o_.dampening),
+                       graft_ratio_.data()};
+}
+
+// Steps 4 and 5 (docs/shampoo.md) up to the update U = lr P of every owned block: the grafting
+// direction P_g (q), the Shampoo direction P_s (p; eigenvalue-corrected: rotate, divide, rotate
+// back), the per-block rescaling P = P_s |P_g| / (|P_s| + 1e-16), weight decay and momentum.
+template <class T>
 void ShampooBlocks<T>::apply(std::int64_t t, const std::vector<double>& lrs, const std::vector<double>& base_lrs,
                              const std::vector<double>& wds) {
   const bool started    = t >= start_;
   const bool graft      = o_.grafting != Grafting::none;
   const bool shampoo    = started || !graft;  // the Shampoo direction, else the grafting direction alone
+  const bool corrected  = shampoo && o_.eigenvalue_corrected;
   const double graft_bc = o_.grafting == Grafting::Adam ? 1.0 - std::pow(graft_beta_, static_cast<double>(t)) : 1.0;
-  const T graft_inv_bc = static_cast<T>(1.0 / graft_bc), graft_eps = static_cast<T>(o_.grafting_epsilon);
-  const double bc = o_.use_bias_correction && b2_ < 1.0 ? 1.0 - std::pow(b2_, static_cast<double>(t)) : 1.0;
-  const T inv_bc = static_cast<T>(1.0 / bc), eps = static_cast<T>(o_.epsilon);
-  const bool nesterov = o_.use_nesterov;
-  const T mu = static_cast<T>(o_.momentum), one_minus_d = static_cast<T>(1.0 - o_.dampening);
-  blas_batch([&](std::size_t bi, bool serial) {
-    auto& b              = blocks_[bi];
-    const Parameter& prm = ps_[b.param];
-    const auto mhat = b.mhat, p = b.p, q = b.q, w = b.w;
-    // Grafting direction P_g into q.
-    if (graft) {
-      const auto a    = b.graft;
-      const bool diag = b.graft.size() > 0;
-      each_element(
-          serial, "koptim::Shampoo::graft_direction", b.size, KOKKOS_LAMBDA(const std::int64_t e) {
-            q(e) = diag ? Impl::diagonal_precondition(mhat(e), a(e) * graft_inv_bc, graft_eps) : mhat(e);
-          });
-    }
-    // Shampoo direction P_s into p.
-    if (shampoo) {
-      if (o_.eigenvalue_corrected) {
-        precondition(b, b.mhat, b.g, b.p, false, serial);  // g = rotated M_hat
-        const auto R = b.g, E = b.correction;
-        each_element(
-            serial, "koptim::Shampoo::eigenvalue_corrected", b.size, KOKKOS_LAMBDA(const std::int64_t e) {
-              // With epsilon = 0 a coordinate whose second moment is still 0 gets no step (not 0/0).
-              const T den = Impl::sqrt(E(e) * inv_bc) + eps;
-              R(e)        = den > T(0) ? R(e) / den : T(0);
-            });
-        precondition(b, b.g, b.p, b.mhat, true, serial);
-      } else {
-        precondition(b, b.mhat, b.p, b.g, false, serial);
+  const double bc       = o_.use_bias_correction && b2_ < 1.0 ? 1.0 - std::pow(b2_, static_cast<double>(t)) : 1.0;
+  const GraftDirectionBody<T> direction{
+      o_.grafting == Grafting::AdaGrad || o_.grafting == Grafting::RMSProp || o_.grafting == Grafting::Adam,
+      static_cast<T>(1.0 / graft_bc), static_cast<T>(o_.grafting_epsilon)};
+  const CorrectedDivideBody<T> divide{static_cast<T>(1.0 / bc), static_cast<T>(o_.epsilon)};
+  const GraftRatioBody<T> ratio{graft_ratio_.data()};
+  // Each form in the same order per block: the bodies are the same, and so are the results.
+  if (host_batched()) {
+    host_batch([&](std::size_t bi) {
+      auto& b       = blocks_[bi];
+      const auto& e = entry(bi);
+      if (graft) block_elements_serial<false>(e, direction);
+      if (corrected) {
+        precondition(b, b.mhat, b.g, b.p, false, true);  // g = rotated M_hat
+        block_elements_serial<false>(e, divide);
+        precondition(b, b.g, b.p, b.mhat, true, true);
+      } else if (shampoo) {
+        precondition(b, b.mhat, b.p, b.g, false, true);
       }
-      if (graft) {
-        // Per-block norm rescaling: P = P_s |P_g| / (|P_s| + 1e-16). Squared norms summed in
-        // double, lane-parallel, into device memory; the ratio formed there: no wait.
-        const auto norms        = graft_norms_;
-        const auto ratio        = Kokkos::subview(graft_ratio_, bi);
-        const std::int64_t slot = static_cast<std::int64_t>(2 * bi);
-        lane_sum_into(
-            serial, "koptim::Shampoo::graft_norm", b.size,
-            KOKKOS_LAMBDA(const std::int64_t e) { return static_cast<double>(q(e)) * static_cast<double>(q(e)); },
-            Kokkos::subview(norms, slot));
-        lane_sum_into(
-            serial, "koptim::Shampoo::shampoo_norm", b.size,
-            KOKKOS_LAMBDA(const std::int64_t e) { return static_cast<double>(p(e)) * static_cast<double>(p(e)); },
-            Kokkos::subview(norms, slot + 1));
-        const auto form_ratio = KOKKOS_LAMBDA(const int) {
-          const double ng = norms(slot).result(), ns = norms(slot + 1).result();
-          ratio() = static_cast<T>(Impl::sqrt(ng) / (Impl::sqrt(ns) + 1e-16));
-        };
-        if (serial)
-          form_ratio(0);
-        else
-          Kokkos::parallel_for("koptim::Shampoo::graft_ratio", Kokkos::RangePolicy<ExecutionSpace>(0, 1), form_ratio);
-        each_element(
-            serial, "koptim::Shampoo::graft_rescale", b.size,
-            KOKKOS_LAMBDA(const std::int64_t e) { p(e) = p(e) * ratio(); });
-      }
-    }
-    // Weight decay, momentum, update U = lr P (docs/shampoo.md step 4) and W -= U (step 5).
-    const double lr = lrs[prm.group], wd = wds[prm.group], peak = base_lrs[prm.group];
-    double alpha = 0.0;
-    switch (o_.weight_decay_type) {
-      case WeightDecayType::L2:
-        alpha = 0.0;
-        break;
-      case WeightDecayType::decoupled:
-        alpha = wd;
-        break;
-      case WeightDecayType::corrected:
-        alpha = peak > 0 ? wd * lr / peak : 0.0;
-        break;
-      case WeightDecayType::independent:
-        alpha = peak > 0 ? wd / peak : 0.0;
-        break;
-    }
-    const auto B   = b.momentum;
-    const bool mom = b.momentum.size() > 0;
-    const T a_ = static_cast<T>(alpha), lr_ = static_cast<T>(lr);
-    const auto U = updates_.piece(b.piece);
-    const auto d = shampoo ? p : q;
-    each_element(
-        serial, "koptim::Shampoo::update", b.size, KOKKOS_LAMBDA(const std::int64_t e) {
-          T P = d(e) + a_ * w(e);
-          if (mom) {
-            const T Bn = mu * B(e) + one_minus_d * P;
-            B(e)       = Bn;
-            P          = nesterov ? one_minus_d * P + mu * Bn : Bn;
-          }
-          U(e) = lr_ * P;
-        });
-  });
+      if (shampoo && graft) ratio(SerialSums{e.size}, e);
+      block_elements_serial<false>(e, update_body(ps_[b.param].group, shampoo, lrs, base_lrs, wds));
+    });
+    return;
+  }
+  if (graft) each_block_element<false>("koptim::Shampoo::graft_direction", direction);
+  if (corrected) {
+    for (auto& b : blocks_) precondition(b, b.mhat, b.g, b.p, false, false);
+    each_block_element<false>("koptim::Shampoo::eigenvalue_corrected", divide);
+    for (auto& b : blocks_) precondition(b, b.g, b.p, b.mhat, true, false);
+  } else if (shampoo) {
+    for (auto& b : blocks_) precondition(b, b.mhat, b.p, b.g, false, false);
+  }
+  if (shampoo && graft) for_each_block_team("koptim::Shampoo::graft_ratio", table_, ratio);
+  for (const auto& r : groups_)
+    for_each_block_element<false>("koptim::Shampoo::update", table_, r.first, r.last, r.chunk_begin, r.chunk_end,
+                                  update_body(r.group, shampoo, lrs, base_lrs, wds));
 }
 
 template <class T>
@@ -791,14 +1030,9 @@ void ShampooBlocks<T>::exchange(const comm::Communicator* group) {
 
 template <class T>
 void ShampooBlocks<T>::write_back() {
-  for (std::size_t k = 0; k < placements_.size(); ++k) {
-    const auto& pl = placements_[k];
-    const auto W   = ps_[pl.param].param.template flat<T>();
-    const auto U   = updates_.piece(k);
-    for_block(
-        "koptim::Shampoo::write_back", pl.map, updates_.size(k),
-        KOKKOS_LAMBDA(const std::int64_t e, const std::int64_t k) { W(k) -= U(e); });
-  }
+  for_each_block_element<true>("koptim::Shampoo::write_back", placement_table_, 0,
+                               static_cast<std::int64_t>(placement_table_.extent(0)), 0, placement_chunks_,
+                               WriteBackBody<T>{});
 }
 
 template <class T>

@@ -122,7 +122,7 @@ void lane_sum_into(const char* label, std::int64_t n, const F& f, Result&& resul
 // The same lanes on the calling thread, no kernel (inside a parallel loop of the host): the
 // kernel's result on one thread, to the bit.
 template <class F>
-Lanes<double, Plus> lane_sum_serial(std::int64_t n, const F& f) {
+KOKKOS_INLINE_FUNCTION Lanes<double, Plus> lane_sum_serial(std::int64_t n, const F& f) {
   constexpr int W = reduction_lanes;
   Lanes<double, Plus> acc;
   for (std::int64_t chunk = 0; chunk < (n + W - 1) / W; ++chunk) add_lane_chunk(acc, chunk, n, f);

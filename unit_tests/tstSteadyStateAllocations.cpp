@@ -195,6 +195,30 @@ std::vector<Case> cases() {
   return out;
 }
 
+// The optimizer of case c on a WideModel of `copies` copies per rank (Shampoo's device path if
+// asked): four steps, then six steady-state steps (5-10: two amortized computations), each taken
+// by count_step(opt, s), which returns what it counted; returns the sum. Two copies per rank at
+// least, so that every size of Shampoo's factor banks holds several matrices on every rank (a
+// batch of one skips the batch's parallel dispatch: one fence less, which is not growth).
+template <class CountStep>
+std::int64_t steady_steps(const Case& c, int copies, bool device_path, const CountStep& count_step) {
+  WideModel m(copies * world()->size());
+  auto opt = c.distributed ? koptim::create(m.params, c.list, world()) : koptim::create(m.params, c.list);
+  if (device_path) dynamic_cast<koptim::Shampoo&>(*opt).batch_blocks_on_host(false);
+  int s = 1;
+  for (; s <= 4; ++s) {
+    m.gradients(s);
+    opt->step();
+  }
+  // The gradients are filled outside count_step: only the steps are counted.
+  std::int64_t n = 0;
+  for (; s <= 10; ++s) {
+    m.gradients(s);
+    n += count_step(*opt, s);
+  }
+  return n;
+}
+
 TEST(SteadyState, NoStepAllocates) {
   for (auto& c : cases()) {
     SCOPED_TRACE(c.label + " on " + std::to_string(world()->size()) + " ranks");
@@ -230,27 +254,12 @@ TEST(SteadyState, FencesDoNotGrowWithTheModel) {
   for (auto& c : cases()) {
     SCOPED_TRACE(c.label + " on " + std::to_string(world()->size()) + " ranks");
     std::int64_t counted[2] = {0, 0};
-    for (int w = 0; w < 2; ++w) {
-      // Two copies per rank at least, so that every size of Shampoo's factor banks holds several
-      // matrices on every rank in both models (a batch of one skips the batch's parallel
-      // dispatch: one fence less, which is not growth).
-      WideModel m((w == 0 ? 2 : 6) * world()->size());
-      auto opt = c.distributed ? koptim::create(m.params, c.list, world()) : koptim::create(m.params, c.list);
-      int s    = 1;
-      for (; s <= 4; ++s) {
-        m.gradients(s);
-        opt->step();
-      }
-      // Fill the gradients first: only the steps are counted.
-      std::int64_t n = 0;
-      for (; s <= 10; ++s) {
-        m.gradients(s);
+    for (int w = 0; w < 2; ++w)
+      counted[w] = steady_steps(c, w == 0 ? 2 : 6, false, [](koptim::Optimizer& opt, int) {
         FenceCounter count;
-        opt->step();
-        n += fences();
-      }
-      counted[w] = n;
-    }
+        opt.step();
+        return fences();
+      });
     if (world()->rank() == 0)
       std::printf("[ fences ] %-55s %5.1f per step (2 copies), %5.1f (6 copies)\n", c.label.c_str(), counted[0] / 6.0,
                   counted[1] / 6.0);
@@ -322,25 +331,13 @@ TEST(SteadyState, LaunchesDoNotGrowWithTheBlocks) {
       SCOPED_TRACE(label + " on " + std::to_string(world()->size()) + " ranks");
       std::int64_t counted[2] = {0, 0};
       std::string reports[2];
-      for (int w = 0; w < 2; ++w) {
-        WideModel m((w == 0 ? 2 : 6) * world()->size());
-        auto opt = c.distributed ? koptim::create(m.params, c.list, world()) : koptim::create(m.params, c.list);
-        if (device_path) dynamic_cast<koptim::Shampoo&>(*opt).batch_blocks_on_host(false);
-        int s = 1;
-        for (; s <= 4; ++s) {
-          m.gradients(s);
-          opt->step();
-        }
-        std::int64_t n = 0;
-        for (; s <= 10; ++s) {
-          m.gradients(s);
+      for (int w = 0; w < 2; ++w)
+        counted[w] = steady_steps(c, w == 0 ? 2 : 6, device_path, [&](koptim::Optimizer& opt, int s) {
           LaunchCounter count;
-          opt->step();
-          n += std::count_if(launches().begin(), launches().end(), counted_label);
+          opt.step();
           if (s == 10) reports[w] = LaunchCounter::report();
-        }
-        counted[w] = n;
-      }
+          return std::count_if(launches().begin(), launches().end(), counted_label);
+        });
       if (world()->rank() == 0)
         std::printf("[ launches ] %-55s %6.1f per step (2 copies), %6.1f (6 copies)\n", label.c_str(), counted[0] / 6.0,
                     counted[1] / 6.0);

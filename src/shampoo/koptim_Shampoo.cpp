@@ -109,6 +109,18 @@ KOKKOS_INLINE_FUNCTION const BlockPointers<T>& entry_of(const BlockTable<T>& t, 
   return t(lo);
 }
 
+// Element e's offset in the user's tensor when Mapped (one index computation for e's run), else 0.
+// (A function: nvcc allows no extended lambda to capture a variable first inside `if constexpr`.)
+template <bool Mapped, class T>
+KOKKOS_INLINE_FUNCTION std::int64_t offset_of(const BlockPointers<T>& b, std::int64_t e) {
+  if constexpr (Mapped) {
+    const std::int64_t r = e % b.map.run;
+    return b.map(e - r) + r;
+  } else {
+    return 0;
+  }
+}
+
 // body(b, e, k) for every element e of every entry b in [first, last) of the table, whose chunks
 // are [chunk_begin, chunk_end), as one kernel: k is the element's offset in the user's tensor when
 // Mapped (runs of BlockMap::run contiguous elements take one index computation), else 0. CPUs: a
@@ -145,14 +157,8 @@ void for_each_block_element(const char* label, const BlockTable<T>& table, std::
           const BlockPointers<T>& b = entry_of(table, first, last, c);
           const std::int64_t begin  = (c - b.first_chunk) * block_chunk;
           const std::int64_t end    = begin + block_chunk < b.size ? begin + block_chunk : b.size;
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, begin, end), [&](const std::int64_t e) {
-            if constexpr (Mapped) {
-              const std::int64_t r = e % b.map.run;
-              body(b, e, b.map(e - r) + r);
-            } else {
-              body(b, e, 0);
-            }
-          });
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, begin, end),
+                               [&](const std::int64_t e) { body(b, e, offset_of<Mapped>(b, e)); });
         });
   }
 }

@@ -1,4 +1,5 @@
 #include <koptim/core/koptim_Optimizer.hpp>
+#include <koptim/core/impl/koptim_Elementwise.hpp>
 
 #include "../config/koptim_KeyRanges.hpp"
 
@@ -145,20 +146,6 @@ KOKKOS_INLINE_FUNCTION std::int64_t count_over(const T* x, std::int64_t lo, std:
   return n;
 }
 
-// The gradient holding chunk c: the last entry whose first chunk is <= c.
-KOKKOS_INLINE_FUNCTION const GradientEntry& entry_of(const Kokkos::View<GradientEntry*, MemorySpace>& e,
-                                                     std::int64_t c) {
-  std::int64_t lo = 0, hi = static_cast<std::int64_t>(e.extent(0)) - 1;
-  while (lo < hi) {
-    const std::int64_t mid = (lo + hi + 1) / 2;
-    if (e(mid).first_chunk <= c)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  return e(lo);
-}
-
 // The number of refused values over every gradient of the table: one kernel, one value back to
 // the host. (A free function: CUDA allows no device lambda in a member of a private class.)
 std::int64_t count_refused(const Kokkos::View<GradientEntry*, MemorySpace>& e, std::int64_t chunks, bool squares) {
@@ -170,7 +157,7 @@ std::int64_t count_refused(const Kokkos::View<GradientEntry*, MemorySpace>& e, s
     Kokkos::parallel_reduce(
         "koptim::check_gradients", Kokkos::RangePolicy<ExecutionSpace>(0, chunks),
         KOKKOS_LAMBDA(const std::int64_t c, std::int64_t& acc) {
-          const GradientEntry& g   = entry_of(e, c);
+          const GradientEntry& g   = chunk_entry(e, 0, static_cast<std::int64_t>(e.extent(0)), c);
           const std::int64_t begin = (c - g.first_chunk) * gradient_chunk;
           const std::int64_t end   = begin + gradient_chunk < g.size ? begin + gradient_chunk : g.size;
           acc += g.is_double ? count_over(static_cast<const double*>(g.data), begin, end, limit_d)
@@ -184,7 +171,7 @@ std::int64_t count_refused(const Kokkos::View<GradientEntry*, MemorySpace>& e, s
         "koptim::check_gradients", TeamPolicy(static_cast<int>(chunks), Kokkos::AUTO),
         KOKKOS_LAMBDA(const TeamPolicy::member_type& team, std::int64_t& acc) {
           const std::int64_t c     = team.league_rank();
-          const GradientEntry& g   = entry_of(e, c);
+          const GradientEntry& g   = chunk_entry(e, 0, static_cast<std::int64_t>(e.extent(0)), c);
           const std::int64_t begin = (c - g.first_chunk) * gradient_chunk;
           const std::int64_t end   = begin + gradient_chunk < g.size ? begin + gradient_chunk : g.size;
           std::int64_t part        = 0;

@@ -11,19 +11,19 @@
 namespace koptim {
 
 namespace {
-template <class W, class G>
-void adagrad_update(const W& w, const G& g, const Impl::Buffer& sum, double clr, double wd, double eps) {
-  using T      = typename W::non_const_value_type;
-  const auto a = sum.view<T>();
+// One run's update (its parameters' pieces of one scalar type and one group).
+template <class T>
+void adagrad_update(const Impl::PieceTable<T>& table, std::int64_t chunks, double clr, double wd, double eps) {
   const T clr_ = static_cast<T>(clr), wd_ = static_cast<T>(wd), eps_ = static_cast<T>(eps);
   const bool decay = wd != 0.0;
-  Impl::for_each_element(
-      "koptim::AdaGrad::update", static_cast<std::int64_t>(w.extent(0)), KOKKOS_LAMBDA(const std::int64_t i) {
-        T d = g(i);
-        if (decay) d = Impl::add_scaled(d, wd_, w(i));
-        const T ai = Impl::accumulate_square(a(i), d);
-        a(i)       = ai;
-        w(i)       = w(i) + (-clr_ * d) / (Impl::sqrt(ai) + eps_);
+  Impl::for_each_piece_element(
+      "koptim::AdaGrad::update", table, chunks, KOKKOS_LAMBDA(const Impl::PieceArrays<T>& p, const std::int64_t i) {
+        T* const a = p.s[0];
+        T d        = p.g[i];
+        if (decay) d = Impl::add_scaled(d, wd_, p.w[i]);
+        const T ai = Impl::accumulate_square(a[i], d);
+        a[i]       = ai;
+        p.w[i]     = p.w[i] + (-clr_ * d) / (Impl::sqrt(ai) + eps_);
       });
 }
 }  // namespace
@@ -37,14 +37,10 @@ AdaGrad::AdaGrad(ParameterSet params, CommonOptions common, AdaGradOptions optio
 }
 
 void AdaGrad::update_pieces(std::int64_t t, const std::vector<double>& lrs) {
-  for (const auto& pc : pieces()) {
-    const auto& p    = parameters()[pc.param];
-    const double clr = lrs[p.group] / (1.0 + static_cast<double>(t - 1) * options_.lr_decay);
-    dispatch(p.param.dtype, [&](auto zero) {
-      using T = decltype(zero);
-      adagrad_update(piece_param<T>(pc), piece_grad<T>(pc), pc.buffers[0], clr, weight_decay(p.group), options_.eps);
-    });
-  }
+  for_each_run([&](const auto& run) {
+    const double clr = lrs[run.group] / (1.0 + static_cast<double>(t - 1) * options_.lr_decay);
+    adagrad_update(run.table, run.chunks, clr, weight_decay(run.group), options_.eps);
+  });
 }
 
 }  // namespace koptim

@@ -18,37 +18,34 @@ std::vector<std::string> adam_slots(const AdamOptions& o) {
   return s;
 }
 
-template <bool Shrink, bool L2, bool AmsGrad, class W, class G, class V, class T>
-void adam_kernel(const W& w, const G& g, const V& m, const V& v, const V& vmax, T neg_step_size, T bc2_sqrt,
-                 T decay_factor, T wd_, T one_minus_b1, T b2, T one_minus_b2, T eps) {
-  Impl::for_each_element(
-      "koptim::Adam::update", static_cast<std::int64_t>(w.extent(0)), KOKKOS_LAMBDA(const std::int64_t i) {
-        T wi = w(i);
+template <bool Shrink, bool L2, bool AmsGrad, class T>
+void adam_kernel(const Impl::PieceTable<T>& table, std::int64_t chunks, T neg_step_size, T bc2_sqrt, T decay_factor,
+                 T wd_, T one_minus_b1, T b2, T one_minus_b2, T eps) {
+  Impl::for_each_piece_element(
+      "koptim::Adam::update", table, chunks, KOKKOS_LAMBDA(const Impl::PieceArrays<T>& p, const std::int64_t i) {
+        T* const m = p.s[0];
+        T* const v = p.s[1];
+        T wi       = p.w[i];
         if (Shrink) wi = wi * decay_factor;
-        T d = g(i);
+        T d = p.g[i];
         if (L2) d = Impl::add_scaled(d, wd_, wi);
-        const T mi = Impl::lerp(m(i), d, one_minus_b1);
-        const T vi = Impl::ema_square(v(i), d, b2, one_minus_b2);
-        m(i)       = mi;
-        v(i)       = vi;
+        const T mi = Impl::lerp(m[i], d, one_minus_b1);
+        const T vi = Impl::ema_square(v[i], d, b2, one_minus_b2);
+        m[i]       = mi;
+        v[i]       = vi;
         T vd       = vi;
         if (AmsGrad) {
-          vd      = Impl::max(vmax(i), vi);
-          vmax(i) = vd;
+          vd        = Impl::max(p.s[2][i], vi);
+          p.s[2][i] = vd;
         }
-        w(i) = wi + (neg_step_size * mi) / Impl::rms_denominator(vd, bc2_sqrt, eps);
+        p.w[i] = wi + (neg_step_size * mi) / Impl::rms_denominator(vd, bc2_sqrt, eps);
       });
 }
 
-template <class W, class G>
-void adam_update(const W& w, const G& g, const Impl::Buffer& m_buf, const Impl::Buffer& v_buf,
-                 const Impl::Buffer* vmax_buf, std::int64_t t, double lr, double wd, bool decoupled,
-                 const AdamOptions& o) {
-  using T      = typename W::non_const_value_type;
-  const auto m = m_buf.view<T>();
-  const auto v = v_buf.view<T>();
-  Kokkos::View<T*, MemorySpace> vmax;
-  if (vmax_buf) vmax = vmax_buf->view<T>();
+// One run's update (its parameters' pieces of one scalar type and one group).
+template <class T>
+void adam_update(const Impl::PieceTable<T>& table, std::int64_t chunks, std::int64_t t, double lr, double wd,
+                 bool decoupled, const AdamOptions& o) {
   // Scalars in double, then rounded once to T, as torch computes them in Python.
   const double bc1      = 1.0 - std::pow(o.betas[0], static_cast<double>(t));
   const double bc2      = 1.0 - std::pow(o.betas[1], static_cast<double>(t));
@@ -59,9 +56,9 @@ void adam_update(const W& w, const G& g, const Impl::Buffer& m_buf, const Impl::
   Impl::with_flags(
       [&](auto shrink, auto l2, auto amsgrad) {
         adam_kernel<decltype(shrink)::value, decltype(l2)::value, decltype(amsgrad)::value>(
-            w, g, m, v, vmax, neg_step_size, bc2_sqrt, decay_factor, wd_, one_minus_b1, b2, one_minus_b2, eps);
+            table, chunks, neg_step_size, bc2_sqrt, decay_factor, wd_, one_minus_b1, b2, one_minus_b2, eps);
       },
-      decoupled && wd != 0.0, !decoupled && wd != 0.0, vmax_buf != nullptr);
+      decoupled && wd != 0.0, !decoupled && wd != 0.0, o.amsgrad);
 }
 }  // namespace
 
@@ -75,15 +72,9 @@ Adam::Adam(ParameterSet params, CommonOptions common, AdamOptions options, bool 
 }
 
 void Adam::update_pieces(std::int64_t t, const std::vector<double>& lrs) {
-  for (const auto& pc : pieces()) {
-    const auto& p            = parameters()[pc.param];
-    const Impl::Buffer* vmax = options_.amsgrad ? &pc.buffers[2] : nullptr;
-    dispatch(p.param.dtype, [&](auto zero) {
-      using T = decltype(zero);
-      adam_update(piece_param<T>(pc), piece_grad<T>(pc), pc.buffers[0], pc.buffers[1], vmax, t, lrs[p.group],
-                  weight_decay(p.group), decoupled_, options_);
-    });
-  }
+  for_each_run([&](const auto& run) {
+    adam_update(run.table, run.chunks, t, lrs[run.group], weight_decay(run.group), decoupled_, options_);
+  });
 }
 
 }  // namespace koptim

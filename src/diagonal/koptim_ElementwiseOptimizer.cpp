@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <stdexcept>
+#include <tuple>
 
 namespace koptim {
 namespace Impl {
@@ -48,6 +50,7 @@ ElementwiseOptimizer::ElementwiseOptimizer(std::string name, ParameterSet params
                                            std::shared_ptr<comm::Communicator> comm,
                                            const std::string& options_descriptor)
     : Optimizer(std::move(name), std::move(params), std::move(common)), slots_(std::move(slots)) {
+  if (slots_.size() > 3) throw std::logic_error("koptim::" + this->name() + ": more than 3 state slots per parameter");
   fill.resize(slots_.size(), 0.0);
   const auto& ps = parameters();
   if (comm && comm->size() > 1) {
@@ -83,6 +86,33 @@ ElementwiseOptimizer::ElementwiseOptimizer(std::string name, ParameterSet params
     mine(sharing_->f64);
   }
   std::sort(pieces_.begin(), pieces_.end(), [](const Piece& a, const Piece& b) { return a.param < b.param; });
+  runs_f32_ = make_runs<float>();
+  runs_f64_ = make_runs<double>();
+}
+
+template <class T>
+std::vector<ElementwiseOptimizer::PieceRun<T>> ElementwiseOptimizer::make_runs() const {
+  const auto& ps = parameters();
+  std::vector<PieceRun<T>> runs;
+  for (int group = 0; group < static_cast<int>(ps.groups().size()); ++group) {
+    std::vector<PieceArrays<T>> entries;
+    for (const auto& pc : pieces_) {
+      const auto& p = ps[pc.param];
+      if (p.param.dtype != scalar_type_of<T>() || p.group != group || pc.size == 0) continue;
+      PieceArrays<T> e;
+      e.w = static_cast<T*>(p.param.data) + pc.offset;
+      e.g = static_cast<const T*>(p.grad.data) + pc.offset;
+      for (std::size_t s = 0; s < pc.buffers.size(); ++s) e.s[s] = pc.buffers[s].view<T>().data();
+      e.size = pc.size;
+      entries.push_back(e);
+    }
+    if (entries.empty()) continue;
+    PieceRun<T> run;
+    run.group                       = group;
+    std::tie(run.table, run.chunks) = make_piece_table("koptim::" + name() + "::pieces", std::move(entries));
+    runs.push_back(run);
+  }
+  return runs;
 }
 
 std::size_t ElementwiseOptimizer::state_bytes() const {

@@ -15,37 +15,35 @@ std::vector<std::string> sgd_slots(const SGDOptions& o) {
   return o.momentum != 0.0 ? std::vector<std::string>{"momentum_buffer"} : std::vector<std::string>{};
 }
 
-template <bool Decay, bool Momentum, bool Nesterov, bool First, class W, class G, class B, class T>
-void sgd_kernel(const W& w, const G& g, const B& b, T lr_, T wd_, T mu, T one_minus_d) {
-  Impl::for_each_element(
-      "koptim::SGD::update", static_cast<std::int64_t>(w.extent(0)), KOKKOS_LAMBDA(const std::int64_t i) {
-        T d = g(i);
-        if (Decay) d = Impl::add_scaled(d, wd_, w(i));
+template <bool Decay, bool Momentum, bool Nesterov, bool First, class T>
+void sgd_kernel(const Impl::PieceTable<T>& table, std::int64_t chunks, T lr_, T wd_, T mu, T one_minus_d) {
+  Impl::for_each_piece_element(
+      "koptim::SGD::update", table, chunks, KOKKOS_LAMBDA(const Impl::PieceArrays<T>& p, const std::int64_t i) {
+        T d = p.g[i];
+        if (Decay) d = Impl::add_scaled(d, wd_, p.w[i]);
         if (Momentum) {
-          const T bi = First ? d : Impl::add_scaled(b(i) * mu, one_minus_d, d);
-          b(i)       = bi;
+          T* const b = p.s[0];
+          const T bi = First ? d : Impl::add_scaled(b[i] * mu, one_minus_d, d);
+          b[i]       = bi;
           d          = Nesterov ? Impl::add_scaled(d, mu, bi) : bi;
         }
-        w(i) = Impl::add_scaled(w(i), -lr_, d);
+        p.w[i] = Impl::add_scaled(p.w[i], -lr_, d);
       });
 }
 
-template <class W, class G>
-void sgd_update(const W& w, const G& g, const Impl::Buffer* buf, bool first, double lr, double wd,
+// One run's update (its parameters' pieces of one scalar type and one group).
+template <class T>
+void sgd_update(const Impl::PieceTable<T>& table, std::int64_t chunks, bool first, double lr, double wd,
                 const SGDOptions& o) {
-  using T = typename W::non_const_value_type;
-  Kokkos::View<T*, MemorySpace> b;
-  if (buf) b = buf->view<T>();
   const T lr_ = static_cast<T>(lr), wd_ = static_cast<T>(wd), mu = static_cast<T>(o.momentum),
           one_minus_d = static_cast<T>(1.0 - o.dampening);
   Impl::with_flags(
       [&](auto decay, auto momentum, auto nesterov, auto first_use) {
         sgd_kernel<decltype(decay)::value, decltype(momentum)::value, decltype(nesterov)::value,
-                   decltype(first_use)::value>(w, g, b, lr_, wd_, mu, one_minus_d);
+                   decltype(first_use)::value>(table, chunks, lr_, wd_, mu, one_minus_d);
       },
-      wd != 0.0, buf != nullptr, o.nesterov, first);
+      wd != 0.0, o.momentum != 0.0, o.nesterov, first);
 }
-
 }  // namespace
 
 SGD::SGD(ParameterSet params, CommonOptions common, SGDOptions options, std::shared_ptr<comm::Communicator> comm)
@@ -63,14 +61,9 @@ SGD::SGD(ParameterSet params, CommonOptions common, SGDOptions options, std::sha
 }
 
 void SGD::update_pieces(std::int64_t t, const std::vector<double>& lrs) {
-  for (const auto& pc : pieces()) {
-    const auto& p           = parameters()[pc.param];
-    const Impl::Buffer* buf = options_.momentum != 0.0 ? &pc.buffers[0] : nullptr;
-    dispatch(p.param.dtype, [&](auto zero) {
-      using T = decltype(zero);
-      sgd_update(piece_param<T>(pc), piece_grad<T>(pc), buf, t == 1, lrs[p.group], weight_decay(p.group), options_);
-    });
-  }
+  for_each_run([&](const auto& run) {
+    sgd_update(run.table, run.chunks, t == 1, lrs[run.group], weight_decay(run.group), options_);
+  });
 }
 
 }  // namespace koptim

@@ -94,21 +94,6 @@ using BlockTable = Kokkos::View<BlockPointers<T>*, MemorySpace>;
 // Elements per chunk of a table kernel: a CPU thread's loop, a GPU team's range.
 constexpr std::int64_t block_chunk = 4096;
 
-// The entry in [first, last) whose chunks hold chunk c.
-template <class T>
-KOKKOS_INLINE_FUNCTION const BlockPointers<T>& entry_of(const BlockTable<T>& t, std::int64_t first, std::int64_t last,
-                                                        std::int64_t c) {
-  std::int64_t lo = first, hi = last - 1;
-  while (lo < hi) {
-    const std::int64_t mid = (lo + hi + 1) / 2;
-    if (t(mid).first_chunk <= c)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  return t(lo);
-}
-
 // Element e's offset in the user's tensor when Mapped (one index computation for e's run), else 0.
 // (A function: nvcc allows no extended lambda to capture a variable first inside `if constexpr`.)
 template <bool Mapped, class T>
@@ -133,7 +118,7 @@ void for_each_block_element(const char* label, const BlockTable<T>& table, std::
   if (std::is_same<ExecutionSpace::memory_space, Kokkos::HostSpace>::value) {
     Kokkos::parallel_for(
         label, Kokkos::RangePolicy<ExecutionSpace>(chunk_begin, chunk_end), KOKKOS_LAMBDA(const std::int64_t c) {
-          const BlockPointers<T> b = entry_of(table, first, last, c);
+          const BlockPointers<T> b = chunk_entry(table, first, last, c);
           const F local            = body;
           const std::int64_t begin = (c - b.first_chunk) * block_chunk;
           const std::int64_t end   = begin + block_chunk < b.size ? begin + block_chunk : b.size;
@@ -154,7 +139,7 @@ void for_each_block_element(const char* label, const BlockTable<T>& table, std::
         label, TeamPolicy(static_cast<int>(chunk_end - chunk_begin), Kokkos::AUTO),
         KOKKOS_LAMBDA(const TeamPolicy::member_type& team) {
           const std::int64_t c      = chunk_begin + team.league_rank();
-          const BlockPointers<T>& b = entry_of(table, first, last, c);
+          const BlockPointers<T>& b = chunk_entry(table, first, last, c);
           const std::int64_t begin  = (c - b.first_chunk) * block_chunk;
           const std::int64_t end    = begin + block_chunk < b.size ? begin + block_chunk : b.size;
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, begin, end),

@@ -3,6 +3,7 @@
 #ifndef KOPTIM_DIAGONAL_ELEMENTWISEOPTIMIZER_HPP
 #define KOPTIM_DIAGONAL_ELEMENTWISEOPTIMIZER_HPP
 
+#include <koptim/core/impl/koptim_Elementwise.hpp>
 #include <koptim/core/koptim_Optimizer.hpp>
 
 #include <memory>
@@ -45,19 +46,24 @@ class ElementwiseOptimizer : public Optimizer {
                        const std::string& options_descriptor = "");
 
   const std::vector<Piece>& pieces() const { return pieces_; }
-  // The piece's elements of the parameter and of its gradient.
+  // The pieces of one scalar type and one parameter group, as one table (PieceArrays: W, G and
+  // the slots' buffers of each piece, in the order of the slots): the update of a run is one
+  // kernel, whatever its number of parameters.
   template <class T>
-  Kokkos::View<T*, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> piece_param(const Piece& pc) const {
-    return Kokkos::subview(parameters()[pc.param].param.template flat<T>(),
-                           std::make_pair(pc.offset, pc.offset + pc.size));
-  }
-  template <class T>
-  Kokkos::View<T*, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> piece_grad(const Piece& pc) const {
-    return Kokkos::subview(parameters()[pc.param].grad.template flat<T>(),
-                           std::make_pair(pc.offset, pc.offset + pc.size));
+  struct PieceRun {
+    int group = 0;
+    PieceTable<T> table;
+    std::int64_t chunks = 0;  // of piece_chunk elements
+  };
+  // f(run) for every run, the float32 ones first.
+  template <class F>
+  void for_each_run(const F& f) const {
+    for (const auto& r : runs_f32_) f(r);
+    for (const auto& r : runs_f64_) f(r);
   }
 
-  // The update of every piece; the all-gather of the sharded parameters follows.
+  // The update of every piece (one kernel per run); the all-gather of the sharded parameters
+  // follows.
   virtual void update_pieces(std::int64_t t, const std::vector<double>& lrs) = 0;
 
   void export_tensors(OptimizerState& state) const override;
@@ -68,8 +74,13 @@ class ElementwiseOptimizer : public Optimizer {
   void update(std::int64_t t, const std::vector<double>& lrs) final;
   std::string key(const Piece& pc, std::size_t slot) const;
 
+  template <class T>
+  std::vector<PieceRun<T>> make_runs() const;
+
   std::vector<std::string> slots_;
   std::vector<Piece> pieces_;
+  std::vector<PieceRun<float>> runs_f32_;
+  std::vector<PieceRun<double>> runs_f64_;
   std::shared_ptr<comm::Communicator> comm_;
   // Sharded: the all-gather plans of the float and double parameters, a piece for every part of
   // a parameter that lies in one rank's slice.

@@ -13,7 +13,10 @@
 #include <koptim/core/koptim_Tensor.hpp>
 
 #include <cstdint>
+#include <string>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 namespace koptim {
 namespace Impl {
@@ -37,6 +40,103 @@ template <class F>
 void for_each_element(const char* label, std::int64_t n, const F& body) {
   Kokkos::parallel_for(label, Kokkos::RangePolicy<ExecutionSpace>(0, (n + host_chunk - 1) / host_chunk),
                        ChunkedBody<F>{body, n});
+}
+
+// Tables of chunks: one entry per array (a parameter's piece, a Shampoo block), its elements cut
+// into chunks, first_chunk counting the chunks of the entries before it. One kernel then covers
+// every entry of a table: a chunk per CPU iteration, or per GPU team.
+
+// The entry in [first, last) of table t whose chunks hold chunk c: the last one whose first_chunk
+// is <= c (entries without chunks are never chosen).
+template <class Table>
+KOKKOS_INLINE_FUNCTION const typename Table::value_type& chunk_entry(const Table& t, std::int64_t first,
+                                                                     std::int64_t last, std::int64_t c) {
+  std::int64_t lo = first, hi = last - 1;
+  while (lo < hi) {
+    const std::int64_t mid = (lo + hi + 1) / 2;
+    if (t(mid).first_chunk <= c)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return t(lo);
+}
+
+// A piece of one parameter for the diagonal optimizers' kernels: its elements of W and G and of
+// up to three state buffers (null where the optimizer keeps fewer).
+template <class T>
+struct PieceArrays {
+  T* w              = nullptr;
+  const T* g        = nullptr;
+  T* s[3]           = {nullptr, nullptr, nullptr};
+  std::int64_t size = 0, first_chunk = 0;
+};
+
+template <class T>
+using PieceTable = Kokkos::View<PieceArrays<T>*, MemorySpace>;
+
+// Elements per chunk of a piece table.
+constexpr std::int64_t piece_chunk = host_chunk > 1 ? host_chunk : 2048;
+
+// CPUs: the chunk's piece and the body copied locally (their members stay in registers, as in
+// ChunkedBody), then a plain loop the compiler vectorizes.
+template <class T, class F>
+struct PieceChunks {
+  PieceTable<T> table;
+  F body;
+  std::int64_t entries;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t c) const {
+    const PieceArrays<T> p   = chunk_entry(table, 0, entries, c);
+    const F local            = body;
+    const std::int64_t begin = (c - p.first_chunk) * piece_chunk;
+    const std::int64_t end   = begin + piece_chunk < p.size ? begin + piece_chunk : p.size;
+    for (std::int64_t i = begin; i < end; ++i) local(p, i);
+  }
+};
+
+// GPUs: a team per chunk, consecutive threads on consecutive elements.
+template <class T, class F>
+struct PieceTeams {
+  using Member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
+  PieceTable<T> table;
+  F body;
+  std::int64_t entries;
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    const std::int64_t c     = team.league_rank();
+    const PieceArrays<T>& p  = chunk_entry(table, 0, entries, c);
+    const std::int64_t begin = (c - p.first_chunk) * piece_chunk;
+    const std::int64_t end   = begin + piece_chunk < p.size ? begin + piece_chunk : p.size;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, begin, end), [&](const std::int64_t i) { body(p, i); });
+  }
+};
+
+// A piece table of the given entries (their first_chunk set here) and its number of chunks.
+template <class T>
+std::pair<PieceTable<T>, std::int64_t> make_piece_table(const std::string& label, std::vector<PieceArrays<T>> entries) {
+  std::int64_t chunks = 0;
+  for (auto& e : entries) {
+    e.first_chunk = chunks;
+    chunks += (e.size + piece_chunk - 1) / piece_chunk;
+  }
+  PieceTable<T> table(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), entries.size());
+  Kokkos::deep_copy(table,
+                    Kokkos::View<const PieceArrays<T>*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+                        entries.data(), entries.size()));
+  return {table, chunks};
+}
+
+// body(p, i) for every element i of every piece p of the table (chunks of piece_chunk elements
+// in all), as one kernel: the diagonal optimizers' multi-tensor update.
+template <class T, class F>
+void for_each_piece_element(const char* label, const PieceTable<T>& table, std::int64_t chunks, const F& body) {
+  if (chunks == 0) return;
+  const auto entries = static_cast<std::int64_t>(table.extent(0));
+  if (host_chunk > 1)
+    Kokkos::parallel_for(label, Kokkos::RangePolicy<ExecutionSpace>(0, chunks),
+                         PieceChunks<T, F>{table, body, entries});
+  else
+    Kokkos::parallel_for(label, Kokkos::TeamPolicy<ExecutionSpace>(static_cast<int>(chunks), Kokkos::AUTO),
+                         PieceTeams<T, F>{table, body, entries});
 }
 
 }  // namespace Impl

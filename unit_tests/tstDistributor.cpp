@@ -60,12 +60,12 @@ void exchange_and_check(koptim::Impl::Wire wire, const koptim::comm::Communicato
     auto h = Kokkos::create_mirror_view(src);
     for (std::int64_t e = 0; e < plan.sizes[p]; ++e) h(e) = static_cast<T>(value(p, e));
     Kokkos::deep_copy(src, h);
-    d.pack(p, src);
+    Kokkos::deep_copy(d.piece(p), src);
   }
   d.exchange(comm);
   for (std::size_t p = 0; p < d.num_pieces(); ++p) {
     Kokkos::View<T*, koptim::MemorySpace> dst("dst", plan.sizes[p]);
-    d.unpack(p, dst);
+    Kokkos::deep_copy(dst, d.piece(p));
     auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), dst);
     for (std::int64_t e = 0; e < plan.sizes[p]; ++e) {
       T want = static_cast<T>(value(p, e));

@@ -4,6 +4,7 @@
 #include <koptim/core/koptim_Error.hpp>
 
 #include <algorithm>
+#include <tuple>
 #include <numeric>
 
 namespace koptim {
@@ -51,22 +52,6 @@ Distributor<T>::Distributor(const std::string& label, const std::vector<std::int
 }
 
 template <class T>
-void Distributor<T>::pack(std::size_t p, const Kokkos::View<const T*, MemorySpace>& src) const {
-  const auto dst = piece(p);
-  Kokkos::parallel_for(
-      "koptim::Distributor::pack", Kokkos::RangePolicy<ExecutionSpace>(0, sizes_[p]),
-      KOKKOS_LAMBDA(const std::int64_t e) { dst(e) = src(e); });
-}
-
-template <class T>
-void Distributor<T>::unpack(std::size_t p, const Kokkos::View<T*, MemorySpace>& dst) const {
-  const auto src = piece(p);
-  Kokkos::parallel_for(
-      "koptim::Distributor::unpack", Kokkos::RangePolicy<ExecutionSpace>(0, sizes_[p]),
-      KOKKOS_LAMBDA(const std::int64_t e) { dst(e) = src(e); });
-}
-
-template <class T>
 void Distributor<T>::exchange(const comm::Communicator* comm) const {
   if (segment_ == 0) return;
   const bool many = comm != nullptr && num_ranks_ > 1;
@@ -104,18 +89,41 @@ template <class T>
 ParameterSharing<T>::ParameterSharing(const std::string& label, std::vector<Part> parts, int rank, int num_ranks)
     : parts_(std::move(parts)), plan_(label, sizes_of(parts_), owners_of(parts_), rank, num_ranks) {}
 
+namespace {
+template <class T>
+struct CopyPiece {
+  KOKKOS_INLINE_FUNCTION void operator()(const PieceArrays<T>& p, std::int64_t i) const { p.w[i] = p.g[i]; }
+};
+}  // namespace
+
 template <class T>
 void ParameterSharing<T>::share(const ParameterSet& ps, const comm::Communicator* comm) const {
   if (comm == nullptr) return;
-  auto part_of = [&](std::size_t k) {
-    const auto& p = parts_[k];
-    return Kokkos::subview(ps[p.param].param.template flat<T>(), std::make_pair(p.offset, p.offset + p.size));
-  };
-  for (std::size_t k = 0; k < parts_.size(); ++k)
-    if (plan_.mine(k)) plan_.pack(k, part_of(k));
+  if (!copies_) {
+    std::vector<PieceArrays<T>> pack, unpack;
+    for (std::size_t k = 0; k < parts_.size(); ++k) {
+      const auto& p = parts_[k];
+      if (p.size == 0) continue;
+      T* const part = static_cast<T*>(ps[p.param].param.data) + p.offset;
+      T* const slot = plan_.piece(k).data();
+      PieceArrays<T> e;
+      e.size = p.size;
+      if (plan_.mine(k)) {
+        e.w = slot, e.g = part;
+        pack.push_back(e);
+      } else {
+        e.w = part, e.g = slot;
+        unpack.push_back(e);
+      }
+    }
+    auto c                                = std::make_shared<Copies>();
+    std::tie(c->pack, c->pack_chunks)     = make_piece_table("koptim::ParameterSharing::pack", std::move(pack));
+    std::tie(c->unpack, c->unpack_chunks) = make_piece_table("koptim::ParameterSharing::unpack", std::move(unpack));
+    copies_                               = c;
+  }
+  for_each_piece_element("koptim::Distributor::pack", copies_->pack, copies_->pack_chunks, CopyPiece<T>{});
   plan_.exchange(comm);
-  for (std::size_t k = 0; k < parts_.size(); ++k)
-    if (!plan_.mine(k)) plan_.unpack(k, part_of(k));
+  for_each_piece_element("koptim::Distributor::unpack", copies_->unpack, copies_->unpack_chunks, CopyPiece<T>{});
 }
 
 template class Distributor<float>;

@@ -14,12 +14,14 @@
 #define KOPTIM_SRC_COMM_DISTRIBUTOR_HPP
 
 #include <koptim/comm/koptim_Communicator.hpp>
+#include <koptim/core/impl/koptim_Elementwise.hpp>
 #include <koptim/core/koptim_ParameterSet.hpp>
 #include <koptim/core/koptim_Tensor.hpp>
 
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -80,11 +82,6 @@ class Distributor {
   }
   Buffer gathered() const { return gathered_; }
 
-  // Copies src (size(p) elements) into piece p, which must be this rank's.
-  void pack(std::size_t p, const Kokkos::View<const T*, MemorySpace>& src) const;
-  // Copies piece p into dst (size(p) elements).
-  void unpack(std::size_t p, const Kokkos::View<T*, MemorySpace>& dst) const;
-
   // Every rank's segment to every rank (comm null: this process is every rank). Collective over
   // comm; allocates nothing.
   void exchange(const comm::Communicator* comm) const;
@@ -129,12 +126,19 @@ class ParameterSharing {
   const std::vector<Part>& parts() const { return parts_; }
   bool mine(std::size_t k) const { return plan_.mine(k); }
   std::size_t buffer_bytes() const { return plan_.buffer_bytes(); }
-  // Collective over comm (null: nothing to share).
+  // Collective over comm (null: nothing to share). The parts go into and come out of the
+  // gathered buffer in one kernel each (tables of their pointers, built at the first call: the
+  // parameters of a ParameterSet do not move).
   void share(const ParameterSet& ps, const comm::Communicator* comm) const;
 
  private:
   std::vector<Part> parts_;
   Distributor<T> plan_;
+  struct Copies {
+    PieceTable<T> pack, unpack;  // w: destination, g: source
+    std::int64_t pack_chunks = 0, unpack_chunks = 0;
+  };
+  mutable std::shared_ptr<const Copies> copies_;
 };
 
 extern template class Distributor<float>;

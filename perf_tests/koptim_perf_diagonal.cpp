@@ -2,6 +2,7 @@
 // parameters, beside a plain fused C++ loop of the same update compiled here with the same
 // flags. Counter ns_per_param = wall time of one step / parameters. "checked" is the default
 // nonfinite_gradient = error (one extra read of the gradients); "unchecked" skips that check.
+// BM_KoptimManyTensors: AdamW on 2^20 parameters in 1, 64 or 1024 tensors.
 // BM_ReadOnce is the floor of that check: one plain read of n floats (the largest magnitude
 // bits, as the check computes them), at the bandwidth of wherever the gradients live.
 #include <koptim/koptim.hpp>
@@ -11,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 namespace {
@@ -46,6 +48,34 @@ void BM_KoptimStep(benchmark::State& state) {
   }
   set_counters(state, n);
   state.SetLabel(std::string(names[method]) + (checked ? " checked" : " unchecked"));
+}
+
+// AdamW over 2^20 parameters cut into `tensors` tensors of equal size (checked step): what a
+// model of many tensors costs beyond one of the same size. The diagonal optimizers update all
+// parameters of one scalar type and group in one kernel, so the cost per parameter should stay
+// close to one tensor's.
+void BM_KoptimManyTensors(benchmark::State& state) {
+  const std::int64_t tensors = state.range(0), n = std::int64_t(1) << 20, each = n / tensors;
+  std::vector<Kokkos::View<float*>> w, g;
+  koptim::ParameterSet params;
+  for (std::int64_t k = 0; k < tensors; ++k) {
+    w.emplace_back("w", each);
+    g.emplace_back("g", each);
+    Kokkos::deep_copy(w.back(), 0.5f);
+    Kokkos::deep_copy(g.back(), 0.01f);
+    params.add("w" + std::to_string(k), w.back(), g.back());
+  }
+  Teuchos::ParameterList l;
+  l.set("optimizer", std::string("AdamW"));
+  l.set("lr", 1e-3);
+  auto opt = koptim::create(params, l);
+  opt->step();
+  for (auto _ : state) {
+    opt->step();
+    Kokkos::fence();
+  }
+  set_counters(state, n);
+  state.SetLabel("AdamW, " + std::to_string(tensors) + " tensors of " + std::to_string(each));
 }
 
 // The same updates as one plain loop each (torch order of operations, float32).
@@ -131,6 +161,13 @@ void sizes(benchmark::internal::Benchmark* b, bool with_check) {
 }
 
 BENCHMARK(BM_KoptimStep)->Apply([](benchmark::internal::Benchmark* b) { sizes(b, true); });
+BENCHMARK(BM_KoptimManyTensors)
+    ->ArgName("tensors")
+    ->Arg(1)
+    ->Arg(64)
+    ->Arg(1024)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK(BM_PlainLoop)->Apply([](benchmark::internal::Benchmark* b) { sizes(b, false); });
 BENCHMARK(BM_ReadOnce)
     ->ArgName("n")

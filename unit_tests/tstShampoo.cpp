@@ -296,7 +296,7 @@ TEST(Shampoo, RootMethodsAgree) {
 // Blocks of orders 1 to 3, several shapes, float and double, every variant of the direction.
 // The host batch (blocks at once on the host threads, plain loops) and the device path (one kernel
 // per element-wise phase over every block, products block after block) run the same bodies in the
-// same order per block: the same results to the bit, whatever the thread count. Parameter groups
+// same order per block: the same results to the bit on one thread. Parameter groups
 // interleave (the device path's gather and update run once per group), with their own lr and
 // weight decay.
 TEST(Shampoo, HostBatchOfBlocksEqualsBlockAfterBlock) {
@@ -371,11 +371,20 @@ TEST(Shampoo, HostBatchOfBlocksEqualsBlockAfterBlock) {
     l.set("momentum", 0.9);
     cases.push_back({"RMSProp grafting, L2 weight decay, momentum", l});
   }
+  // On more threads the device path's products may round differently: Kokkos Kernels' GEMM can
+  // split a long sum over threads (its dot-based kernel for a small C), the host batch's BLAS
+  // does not (seen with Kokkos Kernels 4.6 at 2 threads: 1 ulp).
+  const bool one_thread = koptim::ExecutionSpace().concurrency() == 1;
   for (const auto& c : cases) {
     SCOPED_TRACE(c.first);
     const auto batched = run(c.second, true), in_turn = run(c.second, false);
     ASSERT_EQ(batched.size(), in_turn.size());
-    for (std::size_t i = 0; i < batched.size(); ++i) ASSERT_EQ(batched[i], in_turn[i]) << i;
+    for (std::size_t i = 0; i < batched.size(); ++i) {
+      if (one_thread)
+        ASSERT_EQ(batched[i], in_turn[i]) << i;
+      else
+        ASSERT_NEAR(batched[i], in_turn[i], 1e-5 * (1.0 + std::abs(in_turn[i]))) << i;
+    }
   }
 }
 

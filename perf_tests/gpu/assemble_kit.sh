@@ -18,7 +18,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$kit"
 mkdir -p "$kit/bin" "$kit/lib"
 programs=(unit_tests/koptim_core unit_tests/koptim_diagonal unit_tests/koptim_gefen unit_tests/koptim_shampoo
-          unit_tests/koptim_comm unit_tests/koptim_nccl unit_tests/koptim_checkpoint
+          unit_tests/koptim_comm unit_tests/koptim_nccl unit_tests/koptim_checkpoint unit_tests/koptim_steady_state
           perf_tests/koptim_perf_diagonal perf_tests/koptim_perf_gefen perf_tests/koptim_perf_shampoo
           perf_tests/koptim_perf_comm)
 skip='^(linux-vdso|ld-linux|libc\.|libm\.|libdl\.|libpthread\.|librt\.|libstdc\+\+|libgcc_s|libcuda\.|libcudart|libcublas|libcusolver|libcusparse|libnccl|libnvJitLink|libnvrtc)'

@@ -42,6 +42,8 @@ run() {  # run LIMIT NAME COMMAND...
 for t in koptim_core koptim_diagonal koptim_shampoo koptim_gefen koptim_checkpoint; do
   [ -x "$kit/bin/$t" ] && run 90 "$t" "$kit/bin/$t"
 done
+# Allocations, fences and kernel launches per steady-state step (Kokkos Tools), on the device.
+[ -x "$kit/bin/koptim_steady_state" ] && run 120 koptim_steady_state "$kit/bin/koptim_steady_state"
 [ -x "$kit/bin/koptim_nccl" ] && run 60 koptim_nccl_np1 "$kit/bin/koptim_nccl"
 [ -x "$kit/bin/koptim_comm" ] && run 60 koptim_comm_np1 "$kit/bin/koptim_comm"
 for p in koptim_perf_diagonal koptim_perf_gefen koptim_perf_shampoo koptim_perf_comm; do

@@ -106,6 +106,18 @@ KOKKOS_INLINE_FUNCTION std::int64_t offset_of(const BlockPointers<T>& b, std::in
   }
 }
 
+// A body may read per-entry values once before its loop over the entry's elements (the block's
+// grafting ratio: read per element, the compiler must assume the element stores alias it):
+// bind(body, b) is body.bind(b) where the body has one, else the body itself.
+template <class F, class T>
+KOKKOS_INLINE_FUNCTION auto bind(const F& body, const BlockPointers<T>& b, int) -> decltype(body.bind(b)) {
+  return body.bind(b);
+}
+template <class F, class T>
+KOKKOS_INLINE_FUNCTION F bind(const F& body, const BlockPointers<T>&, long) {
+  return body;
+}
+
 // body(b, e, k) for every element e of every entry b in [first, last) of the table, whose chunks
 // are [chunk_begin, chunk_end), as one kernel: k is the element's offset in the user's tensor when
 // Mapped (runs of BlockMap::run contiguous elements take one index computation), else 0. CPUs: a
@@ -119,7 +131,7 @@ void for_each_block_element(const char* label, const BlockTable<T>& table, std::
     Kokkos::parallel_for(
         label, Kokkos::RangePolicy<ExecutionSpace>(chunk_begin, chunk_end), KOKKOS_LAMBDA(const std::int64_t c) {
           const BlockPointers<T> b = chunk_entry(table, first, last, c);
-          const F local            = body;
+          const auto local         = bind(body, b, 0);
           const std::int64_t begin = (c - b.first_chunk) * block_chunk;
           const std::int64_t end   = begin + block_chunk < b.size ? begin + block_chunk : b.size;
           if constexpr (Mapped) {
@@ -142,8 +154,9 @@ void for_each_block_element(const char* label, const BlockTable<T>& table, std::
           const BlockPointers<T>& b = chunk_entry(table, first, last, c);
           const std::int64_t begin  = (c - b.first_chunk) * block_chunk;
           const std::int64_t end    = begin + block_chunk < b.size ? begin + block_chunk : b.size;
+          const auto local          = bind(body, b, 0);
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, begin, end),
-                               [&](const std::int64_t e) { body(b, e, offset_of<Mapped>(b, e)); });
+                               [&](const std::int64_t e) { local(b, e, offset_of<Mapped>(b, e)); });
         });
   }
 }
@@ -151,8 +164,9 @@ void for_each_block_element(const char* label, const BlockTable<T>& table, std::
 // The same body over one entry's elements on the calling thread (the host batch: inside its
 // parallel loop over blocks, no kernel).
 template <bool Mapped, class T, class F>
-void block_elements_serial(const BlockPointers<T>& b, const F& body) {
-  const F local = body;
+void block_elements_serial(const BlockPointers<T>& entry, const F& body) {
+  const BlockPointers<T> b = entry;  // a local copy: its members stay in registers
+  const auto local         = bind(body, b, 0);
   if constexpr (Mapped) {
     for (std::int64_t e = 0; e < b.size;) {
       const std::int64_t k = b.map(e);
@@ -312,9 +326,15 @@ struct UpdateBody {
   bool shampoo, rescale, momentum, nesterov;
   T alpha, lr, mu, one_minus_d;
   const T* ratio;
+  T scale = T(1);  // the block's ratio, once bound to it
+  KOKKOS_INLINE_FUNCTION UpdateBody bind(const BlockPointers<T>& b) const {
+    UpdateBody bound = *this;
+    if (rescale) bound.scale = ratio[b.index];
+    return bound;
+  }
   KOKKOS_INLINE_FUNCTION void operator()(const BlockPointers<T>& b, std::int64_t e, std::int64_t) const {
     T d = shampoo ? b.p[e] : b.q[e];
-    if (rescale) d = d * ratio[b.index];
+    if (rescale) d = d * scale;
     T P = d + alpha * b.w[e];
     if (momentum) {
       const T Bn    = mu * b.momentum[e] + one_minus_d * P;

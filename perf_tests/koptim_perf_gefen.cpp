@@ -3,6 +3,11 @@
 //                     the full second moment) on one float32 matrix of n = rows x 1024 elements
 //                     whose gradients have per-row scales; ns_per_param and the ratio to AdamW
 //                     come from the same run. Gefen's first step (initialisation) is not timed.
+//   BM_ManyTensors:   step() of AdamW and Gefen (default; force_p1 factored) on 2^22 float32
+//                     parameters cut into 1, 64 or 1024 matrices of x 256 (4096 elements each at
+//                     1024: still factored under force_p1): what a model of many tensors costs
+//                     beyond one of the same size (both update every tensor of a scalar type
+//                     and group in one kernel).
 //   BM_StateBytes:    state_bytes() / parameters of Gefen and AdamW after one step on a 4-layer
 //                     width-1024 MLP and on a transformer-shaped parameter set (4 layers, d 512,
 //                     vocabulary 8192), with synthetic gradients shaped like real ones (rank-one
@@ -83,6 +88,32 @@ void BM_Step(benchmark::State& state) {
     const auto info             = dynamic_cast<koptim::Gefen&>(*opt).tensor_info().at(0);
     state.counters["partition"] = static_cast<double>(info.partition);
   }
+  state.SetLabel(labels[method]);
+}
+
+void BM_ManyTensors(benchmark::State& state) {
+  const auto method          = static_cast<Method>(state.range(0));
+  const std::int64_t tensors = state.range(1), n = std::int64_t(1) << 22, cols = 256, rows = n / tensors / cols;
+  std::vector<Kokkos::View<float**>> views;
+  koptim::ParameterSet params;
+  for (std::int64_t k = 0; k < tensors; ++k) {
+    Kokkos::View<float**> w("w", rows, cols), g("g", rows, cols);
+    Kokkos::deep_copy(w, 0.5f);
+    fill_gradient(g, rows, cols, static_cast<unsigned>(k + 1));
+    params.add("w" + std::to_string(k), w, g);
+    views.push_back(w);
+    views.push_back(g);
+  }
+  auto opt = make(params, method);
+  opt->step();
+  Kokkos::fence();
+  for (auto _ : state) {
+    opt->step();
+    Kokkos::fence();
+  }
+  state.counters["ns_per_param"] = benchmark::Counter(
+      static_cast<double>(n) * 1e-9, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  state.counters["tensors"] = static_cast<double>(tensors);
   state.SetLabel(labels[method]);
 }
 
@@ -223,6 +254,11 @@ void BM_TableLookup(benchmark::State& state) {
 BENCHMARK(BM_Step)
     ->ArgsProduct({{adamw, gefen, gefen_p1_factored, gefen_p1_full}, {std::int64_t(1) << 14, std::int64_t(1) << 24}})
     ->ArgNames({"method", "n"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_ManyTensors)
+    ->ArgsProduct({{adamw, gefen, gefen_p1_factored}, {1, 64, 1024}})
+    ->ArgNames({"method", "tensors"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(BM_StateBytes)->Arg(0)->Arg(1)->ArgName("transformer")->Iterations(1)->Unit(benchmark::kMillisecond);

@@ -41,18 +41,31 @@ struct Model {
   TestTensor<float> w3{{3, 5}, "w3"};       // tiny
   TestTensor<double> d{{33, 7}, "d"};       // double precision
   koptim::ParameterSet params;
-  Model() {
+  // With groups, w1 and w3 are in group "slow" and b1 and d in group "fast" (their own lr and
+  // weight decay, interleaved with the default group's w2).
+  std::vector<int> group = {0, 0, 0, 0, 0};
+  explicit Model(bool groups = false) {
     int k = 0;
     for (auto* t : {&w1, &b1, &w2, &w3}) {
       t->set(false, [&](std::int64_t i) { return koptim_test::value(5, k, 0, i); });
       ++k;
     }
     d.set(false, [](std::int64_t i) { return koptim_test::value(5, 9, 0, i); });
-    w1.add_to(params, "w1");
-    b1.add_to(params, "b1");
-    w2.add_to(params, "w2");
-    w3.add_to(params, "w3");
-    d.add_to(params, "d");
+    if (groups) {
+      const int slow = params.add_group("slow", {3e-3, 0.01});
+      const int fast = params.add_group("fast", {2e-2, 0.0});
+      group          = {slow, fast, 0, slow, fast};
+    }
+    w1.add_to(params, "w1", group[0]);
+    b1.add_to(params, "b1", group[1]);
+    w2.add_to(params, "w2", group[2]);
+    w3.add_to(params, "w3", group[3]);
+    d.add_to(params, "d", group[4]);
+  }
+  // The lr and weight decay of tensor t, given the optimizer's.
+  std::pair<double, double> lr_wd(int t, double lr, double wd) const {
+    const auto& o = params.groups()[group[t]].options;
+    return {o.lr.value_or(lr), o.weight_decay.value_or(wd)};
   }
   static std::int64_t row_len(const std::vector<std::int64_t>& shape) {
     std::int64_t n = 1;
@@ -86,6 +99,7 @@ std::unique_ptr<koptim::Optimizer> make(const koptim::ParameterSet& p, const std
   l.set("lr", lr);
   l.set("weight_decay", wd);
   for (const auto& kv : s) {
+    if (kv.first == "groups") continue;  // the model's, not a key
     if (kv.first == "force_p1")
       l.set(kv.first, kv.second == "true");
     else
@@ -251,7 +265,7 @@ class GefenReference : public ::testing::TestWithParam<Config> {};
 // path has the same order of operations everywhere), parameters bitwise where the second
 // moment is per element, within a few ulps where it comes from a team reduction.
 TEST_P(GefenReference, StepsMatchPlainImplementation) {
-  Model m;
+  Model m(GetParam().keys.count("groups") > 0);
   const double lr = 1e-2, wd = 0.1;
   auto opt  = make(m.params, GetParam().keys, lr, wd);
   auto& gef = gefen(opt);
@@ -289,8 +303,12 @@ TEST_P(GefenReference, StepsMatchPlainImplementation) {
   for (int t = 0; t < 4; ++t) rf.emplace_back(infos[t], w0[t]);
   ReferenceTensor<double> rd(infos[4], w0[4]);
   auto ref_step = [&](const std::vector<std::vector<double>>& g, std::int64_t t) {
-    for (int k = 0; k < 4; ++k) rf[k].step(g[k], cb, t, lr, wd, 0.9, 0.999, 1e-8);
-    rd.step(g[4], cb, t, lr, wd, 0.9, 0.999, 1e-8);
+    for (int k = 0; k < 4; ++k) {
+      const auto group = m.lr_wd(k, lr, wd);
+      rf[k].step(g[k], cb, t, group.first, group.second, 0.9, 0.999, 1e-8);
+    }
+    const auto group = m.lr_wd(4, lr, wd);
+    rd.step(g[4], cb, t, group.first, group.second, 0.9, 0.999, 1e-8);
   };
   ref_step(g1, 1);
   for (int s = 2; s <= 5; ++s) {
@@ -322,12 +340,78 @@ TEST_P(GefenReference, StepsMatchPlainImplementation) {
   compare(rd, 4);
 }
 
-INSTANTIATE_TEST_SUITE_P(Gefen, GefenReference,
-                         ::testing::Values(Config{"defaults", {}}, Config{"force_p1_factored", {{"force_p1", "true"}}},
-                                           Config{"force_p1_full",
-                                                  {{"force_p1", "true"}, {"p1_second_moment", "full"}}},
-                                           Config{"variance_drop", {{"partition_rule", "variance_drop"}}}),
-                         [](const ::testing::TestParamInfo<Config>& i) { return i.param.name; });
+INSTANTIATE_TEST_SUITE_P(
+    Gefen, GefenReference,
+    ::testing::Values(Config{"defaults", {}}, Config{"force_p1_factored", {{"force_p1", "true"}}},
+                      Config{"force_p1_full", {{"force_p1", "true"}, {"p1_second_moment", "full"}}},
+                      Config{"variance_drop", {{"partition_rule", "variance_drop"}}},
+                      // Parameter groups: one kernel per group, its tensors of
+                      // every kind; two factored tensors in two groups.
+                      Config{"groups", {{"groups", ""}}},
+                      Config{"groups_force_p1_factored", {{"groups", ""}, {"force_p1", "true"}}},
+                      Config{"groups_force_p1_full",
+                             {{"groups", ""}, {"force_p1", "true"}, {"p1_second_moment", "full"}}}),
+    [](const ::testing::TestParamInfo<Config>& i) { return i.param.name; });
+
+// Many factored tensors, in two parameter groups, more than one wave of
+// gefen::host_wave_bytes per host thread in each (on host backends a wave's factors, then its
+// update): every tensor steps as the reference does.
+TEST(Gefen, FactoredTensorsInWavesMatchPlainImplementation) {
+  const std::int64_t bytes = 150 * 70 * sizeof(float);
+  const int per_group      = static_cast<int>(
+      2 * koptim::gefen::host_wave_bytes * koptim::ExecutionSpace().concurrency() / bytes + 2);  // > 2 waves
+  koptim::ParameterSet params;
+  const int other = params.add_group("other", {3e-3, 0.0});
+  std::vector<std::unique_ptr<TestTensor<float>>> t;
+  for (int k = 0; k < 2 * per_group; ++k) {
+    t.push_back(std::make_unique<TestTensor<float>>(std::vector<std::int64_t>{150, 70}, "w"));
+    t.back()->set(false, [&](std::int64_t i) { return koptim_test::value(6, k, 0, i); });
+    t.back()->add_to(params, "w" + std::to_string(k), k % 2 == 0 ? 0 : other);  // interleaved
+  }
+  const double lr = 1e-2, wd = 0.1;
+  auto gradients = [&](int step) {
+    std::vector<std::vector<double>> g;
+    for (std::size_t k = 0; k < t.size(); ++k) {
+      std::vector<double> x(t[k]->size());
+      for (std::size_t i = 0; i < x.size(); ++i)
+        x[i] = static_cast<float>(structured_gradient(k, step, static_cast<std::int64_t>(i), 70));
+      t[k]->set(true, [&](std::int64_t i) { return x[i]; });
+      g.push_back(x);
+    }
+    return g;
+  };
+  std::vector<std::vector<double>> w0;
+  for (const auto& x : t) w0.push_back(x->get());
+  auto opt = make(params, {{"force_p1", "true"}}, lr, wd);
+  auto g   = gradients(1);
+  opt->step();
+  const auto infos = gefen(opt).tensor_info();
+  const auto cb    = gefen(opt).codebook();
+  std::vector<ReferenceTensor<float>> ref;
+  for (std::size_t k = 0; k < t.size(); ++k) {
+    ASSERT_EQ(infos[k].second_moment, GefenSecondMoment::factored);
+    ref.emplace_back(infos[k], w0[k]);
+  }
+  for (int s = 1; s <= 4; ++s) {
+    if (s > 1) {
+      g = gradients(s);
+      opt->step();
+    }
+    for (std::size_t k = 0; k < t.size(); ++k)
+      ref[k].step(g[k], cb, s, k % 2 == 0 ? lr : 3e-3, k % 2 == 0 ? wd : 0.0, 0.9, 0.999, 1e-8);
+  }
+  const auto state = opt->export_state();
+  for (std::size_t k = 0; k < t.size(); ++k) {
+    SCOPED_TRACE(infos[k].name);
+    const auto idx = values(state.tensors.at(infos[k].name + "/indices"));
+    for (std::size_t i = 0; i < idx.size(); ++i) ASSERT_EQ(idx[i], ref[k].idx[i]) << "index " << i;
+    const auto w = t[k]->get();
+    double scale = 0;
+    for (auto x : ref[k].w) scale = std::max(scale, std::abs(static_cast<double>(x)));
+    for (std::size_t i = 0; i < w.size(); ++i)
+      ASSERT_NEAR(w[i], static_cast<double>(ref[k].w[i]), 8 * 6e-8 * scale) << "parameter " << i;
+  }
+}
 
 // The configurations above cover every kind of second moment.
 TEST(Gefen, ReferenceConfigsCoverEveryKind) {

@@ -3,6 +3,7 @@
 #include "../comm/koptim_Distributor.hpp"
 #include "koptim_GefenKeys.hpp"
 #include <koptim/core/impl/koptim_Check.hpp>
+#include <koptim/core/impl/koptim_Elementwise.hpp>
 #include <koptim/core/impl/koptim_Lanes.hpp>
 #include <koptim/core/impl/koptim_Math.hpp>
 #include <koptim/core/impl/koptim_Profiling.hpp>
@@ -32,6 +33,9 @@ constexpr std::int64_t max_scale_group       = 256;
 constexpr std::int64_t factored_min_elements = 4096;
 
 using Indices = Kokkos::View<std::uint8_t*, MemorySpace>;
+
+// Host backends: a block of a step is an iteration of plain loops; device backends: a team.
+constexpr bool host_kernels = std::is_same<ExecutionSpace, Kokkos::DefaultHostExecutionSpace>::value;
 
 // Where a tensor's state lives and how big it is; a function of n, the shape, p and the options.
 struct Layout {
@@ -225,6 +229,143 @@ struct BlockScan {
   }
 };
 
+// One tensor in the step's table (StepTable): its arrays, its layout, and the number of its
+// first block in the table (Impl::chunk_entry finds a block's tensor by it).
+template <class T>
+struct StepEntry {
+  T* w                     = nullptr;
+  const T* g               = nullptr;
+  std::uint8_t* idx        = nullptr;
+  T* absmax                = nullptr;
+  T* v                     = nullptr;  // shared or full
+  const T* R               = nullptr;  // factored
+  const T* C               = nullptr;
+  const double* row_sum    = nullptr;  // factored: the sum of R, this step
+  std::int64_t S           = 1;        // elements per block (p, when shared)
+  std::int64_t rows        = 0;
+  std::int64_t cols        = 0;
+  std::int64_t first_chunk = 0;
+  GefenSecondMoment kind   = GefenSecondMoment::full;
+};
+
+// A factored tensor, for the factor kernels: first_chunk is its first row (in the row table) or
+// its first run of factor_columns columns (in the column table).
+constexpr int factor_columns = 16;
+template <class T>
+struct FactorEntry {
+  const T* g        = nullptr;
+  T* R              = nullptr;
+  T* C              = nullptr;
+  double* row_sum   = nullptr;
+  std::int64_t rows = 0, cols = 0, first_chunk = 0;
+};
+
+// The tensors of one scalar type that this rank updates, in the order of their parameter
+// groups, in waves: per wave, the factor kernels over its factored tensors, then one kernel (with
+// its group's lr and weight decay) over all its tensors' blocks; a step is a few kernels whatever
+// the number of tensors. A wave is a whole group, except on host backends where a group's
+// factored tensors are cut into waves of about host_wave_bytes of gradient per thread (see
+// there), so that the step finds the gradient that the factor kernels read still in cache.
+template <class T>
+struct StepTable {
+  struct Wave {
+    int group;
+    std::int64_t first, last;                // entries
+    std::int64_t block_begin, block_end;     // their blocks
+    std::int64_t factor_first, factor_last;  // their factored tensors
+    std::int64_t row_begin, row_end;         // the factored tensors' rows
+    std::int64_t col_begin, col_end;         // and runs of factor_columns columns
+  };
+  Kokkos::View<StepEntry<T>*, MemorySpace> blocks;
+  std::vector<Wave> waves;
+  Kokkos::View<FactorEntry<T>*, MemorySpace> rows, cols;
+  Kokkos::View<double*, MemorySpace> row_sums;
+};
+
+template <class E>
+Kokkos::View<E*, MemorySpace> device_table(const std::string& label, const std::vector<E>& entries) {
+  Kokkos::View<E*, MemorySpace> table(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), entries.size());
+  Kokkos::deep_copy(table, Kokkos::View<const E*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+                               entries.data(), entries.size()));
+  return table;
+}
+
+// The step table of the tensors of scalar type T for which mine(i) holds, from their state.
+template <class T, class Mine>
+StepTable<T> make_step_table(const ParameterSet& ps, std::vector<TensorState>& tensors, const Mine& mine) {
+  StepTable<T> t;
+  std::vector<std::size_t> order;
+  std::int64_t factored = 0;
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    if (!mine(i) || ps[i].param.dtype != scalar_type_of<T>() || tensors[i].layout.n == 0) continue;
+    order.push_back(i);
+    if (tensors[i].layout.kind == GefenSecondMoment::factored) ++factored;
+  }
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return ps[a].group < ps[b].group; });
+  t.row_sums = Kokkos::View<double*, MemorySpace>("koptim::Gefen::row_sums", factored);
+  const std::int64_t wave_bytes =
+      host_kernels ? gefen::host_wave_bytes * ExecutionSpace().concurrency() : std::numeric_limits<std::int64_t>::max();
+  std::vector<FactorEntry<T>> rows, cols;
+  std::vector<StepEntry<T>> entries;
+  std::int64_t blocks = 0, row_count = 0, col_chunks = 0, wave_factored_bytes = 0;
+  for (const std::size_t i : order) {
+    TensorState& st      = tensors[i];
+    const Layout& L      = st.layout;
+    const bool f         = L.kind == GefenSecondMoment::factored;
+    const std::int64_t n = f ? L.n * static_cast<std::int64_t>(sizeof(T)) : 0;
+    const auto at        = static_cast<std::int64_t>(entries.size());
+    const auto fi        = static_cast<std::int64_t>(rows.size());
+    if (t.waves.empty() || t.waves.back().group != ps[i].group ||
+        (n > 0 && wave_factored_bytes > 0 && wave_factored_bytes + n > wave_bytes)) {
+      t.waves.push_back({ps[i].group, at, at, blocks, blocks, fi, fi, row_count, row_count, col_chunks, col_chunks});
+      wave_factored_bytes = 0;
+    }
+    wave_factored_bytes += n;
+    StepEntry<T> e;
+    e.w      = ps[i].param.template flat<T>().data();
+    e.g      = ps[i].grad.template flat<T>().data();
+    e.idx    = st.idx.data();
+    e.absmax = st.absmax.view<T>().data();
+    e.kind   = L.kind;
+    e.S      = L.scale_block;
+    if (f) {
+      FactorEntry<T> r;
+      r.g           = e.g;
+      r.R           = st.row.view<T>().data();
+      r.C           = st.col.view<T>().data();
+      r.row_sum     = t.row_sums.data() + fi;
+      r.rows        = L.rows;
+      r.cols        = L.cols;
+      r.first_chunk = row_count;
+      rows.push_back(r);
+      r.first_chunk = col_chunks;
+      cols.push_back(r);
+      row_count += L.rows;
+      col_chunks += (L.cols + factor_columns - 1) / factor_columns;
+      e.R       = r.R;
+      e.C       = r.C;
+      e.row_sum = r.row_sum;
+      e.rows    = L.rows;
+      e.cols    = L.cols;
+    } else {
+      e.v = st.v.view<T>().data();
+    }
+    e.first_chunk = blocks;
+    blocks += L.scale_blocks;
+    entries.push_back(e);
+    auto& w       = t.waves.back();
+    w.last        = at + 1;
+    w.block_end   = blocks;
+    w.factor_last = static_cast<std::int64_t>(rows.size());
+    w.row_end     = row_count;
+    w.col_end     = col_chunks;
+  }
+  t.rows   = device_table("koptim::Gefen::factor_rows", rows);
+  t.cols   = device_table("koptim::Gefen::factor_columns", cols);
+  t.blocks = device_table("koptim::Gefen::step_table", entries);
+  return t;
+}
+
 }  // namespace
 }  // namespace koptim
 
@@ -246,7 +387,8 @@ struct Gefen::State {
   Kokkos::View<double*, MemorySpace> thresholds_double;
   int lookup_bins = 0;
   std::vector<TensorState> tensors;
-  Kokkos::View<double, MemorySpace> row_sum;  // workspace of the factored step (not state)
+  StepTable<float> f32;  // the step's tables over `tensors` (not state)
+  StepTable<double> f64;
 
   void set_codebook(const std::vector<float>& c, bool with_double) {
     const Lookup L = build_lookup(c, with_double);
@@ -261,12 +403,24 @@ struct Gefen::State {
                           L.words.data(), L.words.size()));
     thresholds_float  = copy_to_device("koptim::Gefen::thresholds_float", L.thresholds_float);
     thresholds_double = copy_to_device("koptim::Gefen::thresholds_double", L.thresholds_double);
-    row_sum           = Kokkos::View<double, MemorySpace>("koptim::Gefen::row_sum");
     initialised       = true;
   }
   std::size_t lookup_bytes() const {
     return lookup.size() * sizeof(std::uint32_t) + thresholds_float.size() * sizeof(float) +
            thresholds_double.size() * sizeof(double);
+  }
+  // After the tensors and the codebook are in place.
+  template <class Mine>
+  void build_step_tables(const ParameterSet& ps, const Mine& mine) {
+    f32 = make_step_table<float>(ps, tensors, mine);
+    f64 = make_step_table<double>(ps, tensors, mine);
+  }
+  template <class T>
+  const StepTable<T>& step_table() const {
+    if constexpr (std::is_same<T, float>::value)
+      return f32;
+    else
+      return f64;
   }
   template <class T>
   Tables<T> tables() const {
@@ -350,14 +504,12 @@ KOKKOS_INLINE_FUNCTION int nearest_entry(T x, const T* thresholds, const std::ui
 
 using TeamPolicy = Kokkos::TeamPolicy<ExecutionSpace>;
 using Member     = TeamPolicy::member_type;
-using Codebook   = Kokkos::View<float*, MemorySpace>;
 
 // Host backends run a block's elements as plain loops over raw pointers (two passes: the
 // block's reductions, then the update), which the compiler vectorizes; device backends spread
 // them over a team. Both compute every value with the same operations in the same order: the
 // sum of g^2 in reduction_lanes partial sums (element k of the block to lane k % lanes, the lanes
-// added in order) and the largest |m|, an exact maximum in any order.
-constexpr bool host_kernels = std::is_same<ExecutionSpace, Kokkos::DefaultHostExecutionSpace>::value;
+// added in order) and the largest |m|, an exact maximum in any order (host_kernels, above).
 // A host block keeps the first host_kept new momenta of its first pass for its second.
 constexpr std::int64_t host_kept = 1024;
 
@@ -471,136 +623,153 @@ KOKKOS_INLINE_FUNCTION void host_update_shared(std::int64_t from, std::int64_t t
 
 // The reductions of one step (koptim_Gefen.hpp, "One step") over one block of n elements from `begin`: the new
 // momentum's max |m|, and the sum of g^2 when the block shares its second moment (WithSum; otherwise it stays 0).
-template <bool WithSum, class T, class G, class Idx>
-KOKKOS_INLINE_FUNCTION BlockScan<T> scan_block(const Member& team, std::int64_t begin, std::int64_t n, const G& g,
-                                               const Idx& idx, const Codebook& cb, T absmax_old, const Scalars<T>& s) {
+template <bool WithSum, class T>
+KOKKOS_INLINE_FUNCTION BlockScan<T> scan_block(const Member& team, std::int64_t begin, std::int64_t n, const T* g,
+                                               const std::uint8_t* idx, const float* cb, T absmax_old,
+                                               const Scalars<T>& s) {
   BlockScan<T> scan;
   Impl::team_lane_reduce(team, n, scan, [&](BlockScan<T>& acc, int l, std::int64_t k) {
-    const T gi = g(begin + k);
+    const T gi = g[begin + k];
     if (WithSum) acc.sum_sq.add(l, static_cast<double>(gi) * static_cast<double>(gi));
-    acc.amax.add(l, Impl::abs(momentum(static_cast<T>(cb(idx(begin + k))), absmax_old, gi, s.b1, s.one_minus_b1)));
+    acc.amax.add(l, Impl::abs(momentum(static_cast<T>(cb[idx[begin + k]]), absmax_old, gi, s.b1, s.one_minus_b1)));
   });
   return scan;
 }
 
-// p > 1: one block per partition block (which is also the scale block): the shared second
-// moment, the new absmax, then requantization and the parameter update, in one kernel.
+// p > 1: block b of a tensor is a partition block (which is also its scale block): the shared
+// second moment, the new absmax, then requantization and the parameter update. On a host
+// thread (two passes over raw pointers, vectorized) or by a team.
 template <class T>
-void step_shared(const Parameter& p, TensorState& st, const Codebook& cb, const Tables<T>& tb, const Scalars<T>& s) {
-  const auto w         = p.param.flat<T>();
-  const auto g         = p.grad.flat<T>();
-  const auto idx       = st.idx;
-  const auto amax_v    = st.absmax.view<T>();
-  const auto v         = st.v.view<T>();
-  const std::int64_t P = st.layout.p;
-  const double dp      = static_cast<double>(P);
-  if constexpr (host_kernels) {
-    Kokkos::parallel_for(
-        "koptim::Gefen::step_shared", Kokkos::RangePolicy<ExecutionSpace>(0, st.layout.scale_blocks),
-        KOKKOS_LAMBDA(const std::int64_t b) {
-          const std::int64_t begin = b * P;
-          const T* gb              = g.data() + begin;
-          std::uint8_t* ib         = idx.data() + begin;
-          T* wb                    = w.data() + begin;
-          const T old              = amax_v(b);
-          T m[host_kept];
-          double sum_sq = 0.0;
-          T amax        = T(0);
-          host_scan<true>(P, gb, ib, tb.codebook, old, s, m, sum_sq, amax);
-          const T vb    = v(b) * s.b2 + s.one_minus_b2 * static_cast<T>(sum_sq / dp);
-          const T scale = (s.neg_step_size * amax) / Impl::rms_denominator(vb, s.bc2_sqrt, s.eps);
-          v(b)          = vb;
-          const Normaliser<T> normal(amax);
-          const std::int64_t kept = P < host_kept ? P : host_kept;
-          const auto run          = [&](auto divide) {
-            constexpr bool D = decltype(divide)::value;
-            host_update_shared<true, D>(0, kept, gb, ib, wb, m, tb, old, normal, scale, s);
-            host_update_shared<false, D>(kept, P, gb, ib, wb, m, tb, old, normal, scale, s);
-          };
-          if (normal.divide)
-            run(std::true_type());
-          else
-            run(std::false_type());
-          amax_v(b) = amax;
-        });
-  } else {
-    Kokkos::parallel_for(
-        "koptim::Gefen::step_shared", TeamPolicy(static_cast<int>(st.layout.scale_blocks), Kokkos::AUTO),
-        KOKKOS_LAMBDA(const Member& team) {
-          const std::int64_t b     = team.league_rank();
-          const std::int64_t begin = b * P;
-          // Read before the reduction, which every thread of the team must reach before the
-          // single write at the end: no thread reads these after they are overwritten.
-          const T old             = amax_v(b);
-          const T vb0             = v(b);
-          const BlockScan<T> scan = scan_block<true>(team, begin, P, g, idx, cb, old, s);
-          const T amax            = scan.amax.result();
-          const T vb              = vb0 * s.b2 + s.one_minus_b2 * static_cast<T>(scan.sum_sq.result() / dp);
-          const T scale           = (s.neg_step_size * amax) / Impl::rms_denominator(vb, s.bc2_sqrt, s.eps);
-          const Normaliser<T> normal(amax);
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, P), [=](const std::int64_t k) {
-            const std::int64_t i = begin + k;
-            const T mi           = momentum(static_cast<T>(cb(idx(i))), old, g(i), s.b1, s.one_minus_b1);
-            const int q          = nearest_entry(normal(mi), tb.thresholds, tb.words, tb.bins);
-            idx(i)               = static_cast<std::uint8_t>(q);
-            w(i)                 = w(i) * s.decay + static_cast<T>(cb(q)) * scale;
-          });
-          Kokkos::single(Kokkos::PerTeam(team), [&]() {
-            v(b)      = vb;
-            amax_v(b) = amax;
-          });
-        });
-  }
+KOKKOS_INLINE_FUNCTION void host_shared_block(const StepEntry<T>& e, std::int64_t b, const Tables<T>& tb,
+                                              const Scalars<T>& s) {
+  const std::int64_t P     = e.S;
+  const std::int64_t begin = b * P;
+  const T* gb              = e.g + begin;
+  std::uint8_t* ib         = e.idx + begin;
+  T* wb                    = e.w + begin;
+  const T old              = e.absmax[b];
+  T m[host_kept];
+  double sum_sq = 0.0;
+  T amax        = T(0);
+  host_scan<true>(P, gb, ib, tb.codebook, old, s, m, sum_sq, amax);
+  const T vb    = e.v[b] * s.b2 + s.one_minus_b2 * static_cast<T>(sum_sq / static_cast<double>(P));
+  const T scale = (s.neg_step_size * amax) / Impl::rms_denominator(vb, s.bc2_sqrt, s.eps);
+  e.v[b]        = vb;
+  const Normaliser<T> normal(amax);
+  const std::int64_t kept = P < host_kept ? P : host_kept;
+  const auto run          = [&](auto divide) {
+    constexpr bool D = decltype(divide)::value;
+    host_update_shared<true, D>(0, kept, gb, ib, wb, m, tb, old, normal, scale, s);
+    host_update_shared<false, D>(kept, P, gb, ib, wb, m, tb, old, normal, scale, s);
+  };
+  if (normal.divide)
+    run(std::true_type());
+  else
+    run(std::false_type());
+  e.absmax[b] = amax;
 }
-// Factored second moment: R and C from this step's gradient, and the sum of R, before the step.
+
 template <class T>
-void update_factors(const Parameter& p, TensorState& st, const Kokkos::View<double, MemorySpace>& row_sum,
-                    const Scalars<T>& s) {
-  const auto g            = p.grad.flat<T>();
-  const auto R            = st.row.view<T>();
-  const auto C            = st.col.view<T>();
-  const std::int64_t rows = st.layout.rows, cols = st.layout.cols;
-  const double drows = static_cast<double>(rows), dcols = static_cast<double>(cols);
-  const auto row_moment = [=] KOKKOS_FUNCTION(std::int64_t r, double sum) {
-    R(r) = R(r) * s.b2 + s.one_minus_b2 * static_cast<T>(sum / dcols);
+KOKKOS_INLINE_FUNCTION void team_shared_block(const Member& team, const StepEntry<T>& e, std::int64_t b,
+                                              const Tables<T>& tb, const Scalars<T>& s) {
+  const std::int64_t P     = e.S;
+  const std::int64_t begin = b * P;
+  // Read before the reduction, which every thread of the team must reach before the single
+  // write at the end: no thread reads these after they are overwritten.
+  const T old             = e.absmax[b];
+  const T vb0             = e.v[b];
+  const BlockScan<T> scan = scan_block<true>(team, begin, P, e.g, e.idx, tb.codebook, old, s);
+  const T amax            = scan.amax.result();
+  const T vb              = vb0 * s.b2 + s.one_minus_b2 * static_cast<T>(scan.sum_sq.result() / static_cast<double>(P));
+  const T scale           = (s.neg_step_size * amax) / Impl::rms_denominator(vb, s.bc2_sqrt, s.eps);
+  const Normaliser<T> normal(amax);
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, P), [&](const std::int64_t k) {
+    const std::int64_t i = begin + k;
+    const T mi           = momentum(static_cast<T>(tb.codebook[e.idx[i]]), old, e.g[i], s.b1, s.one_minus_b1);
+    const int q          = nearest_entry(normal(mi), tb.thresholds, tb.words, tb.bins);
+    e.idx[i]             = static_cast<std::uint8_t>(q);
+    e.w[i]               = e.w[i] * s.decay + static_cast<T>(tb.codebook[q]) * scale;
+  });
+  Kokkos::single(Kokkos::PerTeam(team), [&]() {
+    e.v[b]      = vb;
+    e.absmax[b] = amax;
+  });
+}
+
+// Factored second moment, before the step, for the factored tensors of a wave: R and C from
+// this step's gradient (a kernel over all their rows, one over all their runs of columns), then
+// the sum of each R (a kernel over the tensors; in row order on a CPU, whatever the threads).
+template <class T>
+void update_factors(const StepTable<T>& t, const typename StepTable<T>::Wave& wave, T b2, T one_minus_b2) {
+  if (wave.factor_last == wave.factor_first) return;
+  const auto rows          = t.rows;
+  const auto cols          = t.cols;
+  const std::int64_t first = wave.factor_first;
+  const std::int64_t last  = wave.factor_last;
+  const std::int64_t row0  = wave.row_begin;
+  const auto row_moment    = [=] KOKKOS_FUNCTION(const FactorEntry<T>& f, std::int64_t r, double sum) {
+    f.R[r] = f.R[r] * b2 + one_minus_b2 * static_cast<T>(sum / static_cast<double>(f.cols));
   };
   if constexpr (host_kernels) {
     Kokkos::parallel_for(
-        "koptim::Gefen::row_moments", Kokkos::RangePolicy<ExecutionSpace>(0, rows),
-        KOKKOS_LAMBDA(const std::int64_t r) { row_moment(r, host_sum_of_squares(cols, g.data() + r * cols)); });
+        "koptim::Gefen::row_moments", Kokkos::RangePolicy<ExecutionSpace>(wave.row_begin, wave.row_end),
+        KOKKOS_LAMBDA(const std::int64_t q) {
+          const FactorEntry<T> f = Impl::chunk_entry(rows, first, last, q);
+          const std::int64_t r   = q - f.first_chunk;
+          row_moment(f, r, host_sum_of_squares(f.cols, f.g + r * f.cols));
+        });
   } else {
     Kokkos::parallel_for(
-        "koptim::Gefen::row_moments", TeamPolicy(static_cast<int>(rows), Kokkos::AUTO),
+        "koptim::Gefen::row_moments", TeamPolicy(static_cast<int>(wave.row_end - wave.row_begin), Kokkos::AUTO),
         KOKKOS_LAMBDA(const Member& team) {
-          const std::int64_t r = team.league_rank();
-          const double sum     = Impl::team_lane_sum(team, cols, [&](std::int64_t j) {
-            const double x = static_cast<double>(g(r * cols + j));
+          const std::int64_t q    = row0 + team.league_rank();
+          const FactorEntry<T>& f = Impl::chunk_entry(rows, first, last, q);
+          const std::int64_t r    = q - f.first_chunk;
+          const T* g              = f.g + r * f.cols;
+          const double sum        = Impl::team_lane_sum(team, f.cols, [&](std::int64_t j) {
+            const double x = static_cast<double>(g[j]);
             return x * x;
           });
-          Kokkos::single(Kokkos::PerTeam(team), [&]() { row_moment(r, sum); });
+          Kokkos::single(Kokkos::PerTeam(team), [&]() { row_moment(f, r, sum); });
         });
   }
   // One 64-byte run of columns per index, walked down the rows: a column per index would read
   // one element per cache line on CPUs. Each column still sums its rows in order.
-  constexpr int chunk       = 16;
-  const std::int64_t chunks = (cols + chunk - 1) / chunk;
   Kokkos::parallel_for(
-      "koptim::Gefen::col_moments", Kokkos::RangePolicy<ExecutionSpace>(0, chunks),
-      KOKKOS_LAMBDA(const std::int64_t q) {
-        const std::int64_t j0 = q * chunk;
-        const int width       = cols - j0 < chunk ? static_cast<int>(cols - j0) : chunk;
-        double sum[chunk]     = {};
-        for (std::int64_t r = 0; r < rows; ++r) {
+      "koptim::Gefen::col_moments", Kokkos::RangePolicy<ExecutionSpace>(wave.col_begin, wave.col_end),
+      KOKKOS_LAMBDA(const std::int64_t c) {
+        const FactorEntry<T> f     = Impl::chunk_entry(cols, first, last, c);
+        const std::int64_t j0      = (c - f.first_chunk) * factor_columns;
+        const int width            = f.cols - j0 < factor_columns ? static_cast<int>(f.cols - j0) : factor_columns;
+        double sum[factor_columns] = {};
+        for (std::int64_t r = 0; r < f.rows; ++r) {
           for (int k = 0; k < width; ++k) {
-            const double x = static_cast<double>(g(r * cols + j0 + k));
+            const double x = static_cast<double>(f.g[r * f.cols + j0 + k]);
             sum[k] += x * x;
           }
         }
-        for (int k = 0; k < width; ++k) C(j0 + k) = C(j0 + k) * s.b2 + s.one_minus_b2 * static_cast<T>(sum[k] / drows);
+        for (int k = 0; k < width; ++k)
+          f.C[j0 + k] = f.C[j0 + k] * b2 + one_minus_b2 * static_cast<T>(sum[k] / static_cast<double>(f.rows));
       });
-  Kokkos::parallel_reduce(
-      "koptim::Gefen::row_sum", Kokkos::RangePolicy<ExecutionSpace>(0, rows),
-      KOKKOS_LAMBDA(const std::int64_t r, double& acc) { acc += static_cast<double>(R(r)); }, row_sum);
+  if constexpr (host_kernels) {
+    Kokkos::parallel_for(
+        "koptim::Gefen::row_sum", Kokkos::RangePolicy<ExecutionSpace>(first, last),
+        KOKKOS_LAMBDA(const std::int64_t i) {
+          const FactorEntry<T> f = rows(i);
+          double acc             = 0.0;
+          for (std::int64_t r = 0; r < f.rows; ++r) acc += static_cast<double>(f.R[r]);
+          *f.row_sum = acc;
+        });
+  } else {
+    Kokkos::parallel_for(
+        "koptim::Gefen::row_sum", TeamPolicy(static_cast<int>(last - first), Kokkos::AUTO),
+        KOKKOS_LAMBDA(const Member& team) {
+          const FactorEntry<T>& f = rows(first + team.league_rank());
+          const double sum =
+              Impl::team_lane_sum(team, f.rows, [&](std::int64_t r) { return static_cast<double>(f.R[r]); });
+          Kokkos::single(Kokkos::PerTeam(team), [&]() { *f.row_sum = sum; });
+        });
+  }
 }
 
 // How a p = 1 block gets each element's second moment.
@@ -638,94 +807,128 @@ KOKKOS_INLINE_FUNCTION void host_update_unshared(std::int64_t begin, std::int64_
   }
 }
 
-// p = 1: one block per scale group; the second moment per element (full) or from the factors
-// (R_r C_j / mean(R), in double).
+// R_r C_j / mean(R) = R_r C_j * inv_mean (0 while the factors are all 0).
 template <class T>
-void step_unshared(const Parameter& p, TensorState& st, const Codebook& cb, const Tables<T>& tb,
-                   const Kokkos::View<double, MemorySpace>& row_sum, const Scalars<T>& s) {
-  const bool full = st.layout.kind == GefenSecondMoment::full;
-  if (!full) update_factors(p, st, row_sum, s);
-  const auto w            = p.param.flat<T>();
-  const auto g            = p.grad.flat<T>();
-  const auto idx          = st.idx;
-  const auto amax_v       = st.absmax.view<T>();
-  const auto v            = st.v.view<T>();
-  const auto R            = st.row.view<T>();
-  const auto C            = st.col.view<T>();
-  const std::int64_t S    = st.layout.scale_block;
-  const std::int64_t cols = st.layout.cols;
-  const double drows      = static_cast<double>(st.layout.rows);
-  if constexpr (host_kernels) {
-    static_assert(max_scale_group <= host_kept, "a host block keeps all its momenta");
-    Kokkos::parallel_for(
-        "koptim::Gefen::step_unshared", Kokkos::RangePolicy<ExecutionSpace>(0, st.layout.scale_blocks),
-        KOKKOS_LAMBDA(const std::int64_t a) {
-          const std::int64_t begin = a * S;
-          const T old              = amax_v(a);
-          T m[host_kept];
-          double unused = 0.0;
-          T amax        = T(0);
-          host_scan<false>(S, g.data() + begin, idx.data() + begin, tb.codebook, old, s, m, unused, amax);
-          const Normaliser<T> normal(amax);
-          const double mean_row   = full ? 0.0 : row_sum() / drows;
-          const double inv_mean   = mean_row > 0.0 ? 1.0 / mean_row : 0.0;
-          const std::int64_t row0 = full ? 0 : begin / cols;
-          const bool one_row      = !full && begin + S <= (row0 + 1) * cols;
-          const auto run          = [&](auto divide, auto kind) {
-            host_update_unshared<decltype(divide)::value, decltype(kind)::value>(begin, S, g.data(), idx.data(),
-                                                                                 w.data(), v.data(), R.data(), C.data(),
-                                                                                 cols, inv_mean, m, tb, normal, s);
-          };
-          const auto with_kind = [&](auto divide) {
-            if (full)
-              run(divide, std::integral_constant<Moment, Moment::full>());
-            else if (one_row)
-              run(divide, std::integral_constant<Moment, Moment::factored_one_row>());
-            else
-              run(divide, std::integral_constant<Moment, Moment::factored>());
-          };
-          if (normal.divide)
-            with_kind(std::true_type());
-          else
-            with_kind(std::false_type());
-          amax_v(a) = amax;
-        });
-  } else {
-    Kokkos::parallel_for(
-        "koptim::Gefen::step_unshared", TeamPolicy(static_cast<int>(st.layout.scale_blocks), Kokkos::AUTO),
-        KOKKOS_LAMBDA(const Member& team) {
-          const std::int64_t a     = team.league_rank();
-          const std::int64_t begin = a * S;
-          const T old              = amax_v(a);
-          const T amax             = scan_block<false>(team, begin, S, g, idx, cb, old, s).amax.result();
-          const Normaliser<T> normal(amax);
-          // R_r C_j / mean(R) = R_r C_j * inv_mean (0 while the factors are all 0).
-          const double mean_row = full ? 0.0 : row_sum() / drows;
-          const double inv_mean = mean_row > 0.0 ? 1.0 / mean_row : 0.0;
-          // The row of the block's first element; a block within one row (S divides cols, the
-          // usual case) never needs a division per element.
-          const std::int64_t row0 = full ? 0 : begin / cols;
-          const bool one_row      = !full && begin + S <= (row0 + 1) * cols;
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, S), [=](const std::int64_t k) {
-            const std::int64_t i = begin + k;
-            const T gi           = g(i);
-            const T mi           = momentum(static_cast<T>(cb(idx(i))), old, gi, s.b1, s.one_minus_b1);
-            const int q          = nearest_entry(normal(mi), tb.thresholds, tb.words, tb.bins);
-            idx(i)               = static_cast<std::uint8_t>(q);
-            T vi;
-            if (full) {
-              vi   = Impl::ema_square(v(i), gi, s.b2, s.one_minus_b2);
-              v(i) = vi;
-            } else {
-              const std::int64_t r = one_row ? row0 : i / cols;
-              vi = static_cast<T>(static_cast<double>(R(r)) * static_cast<double>(C(i - r * cols)) * inv_mean);
-            }
-            w(i) = w(i) * s.decay +
-                   (s.neg_step_size * (static_cast<T>(cb(q)) * amax)) / Impl::rms_denominator(vi, s.bc2_sqrt, s.eps);
-          });
-          Kokkos::single(Kokkos::PerTeam(team), [&]() { amax_v(a) = amax; });
-        });
+KOKKOS_INLINE_FUNCTION double inverse_mean_row(const StepEntry<T>& e) {
+  if (e.kind != GefenSecondMoment::factored) return 0.0;
+  const double mean_row = *e.row_sum / static_cast<double>(e.rows);
+  return mean_row > 0.0 ? 1.0 / mean_row : 0.0;
+}
+
+// p = 1: block a of a tensor is a scale group; the second moment per element (full) or from the
+// factors (R_r C_j / mean(R), in double). On a host thread or by a team.
+template <class T>
+KOKKOS_INLINE_FUNCTION void host_unshared_block(const StepEntry<T>& e, std::int64_t a, const Tables<T>& tb,
+                                                const Scalars<T>& s) {
+  static_assert(max_scale_group <= host_kept, "a host block keeps all its momenta");
+  const std::int64_t S     = e.S;
+  const std::int64_t begin = a * S;
+  const T old              = e.absmax[a];
+  T m[host_kept];
+  double unused = 0.0;
+  T amax        = T(0);
+  host_scan<false>(S, e.g + begin, e.idx + begin, tb.codebook, old, s, m, unused, amax);
+  const Normaliser<T> normal(amax);
+  const bool full         = e.kind == GefenSecondMoment::full;
+  const double inv_mean   = inverse_mean_row(e);
+  const std::int64_t row0 = full ? 0 : begin / e.cols;
+  const bool one_row      = !full && begin + S <= (row0 + 1) * e.cols;
+  const auto run          = [&](auto divide, auto kind) {
+    host_update_unshared<decltype(divide)::value, decltype(kind)::value>(begin, S, e.g, e.idx, e.w, e.v, e.R, e.C,
+                                                                         e.cols, inv_mean, m, tb, normal, s);
+  };
+  const auto with_kind = [&](auto divide) {
+    if (full)
+      run(divide, std::integral_constant<Moment, Moment::full>());
+    else if (one_row)
+      run(divide, std::integral_constant<Moment, Moment::factored_one_row>());
+    else
+      run(divide, std::integral_constant<Moment, Moment::factored>());
+  };
+  if (normal.divide)
+    with_kind(std::true_type());
+  else
+    with_kind(std::false_type());
+  e.absmax[a] = amax;
+}
+
+template <class T>
+KOKKOS_INLINE_FUNCTION void team_unshared_block(const Member& team, const StepEntry<T>& e, std::int64_t a,
+                                                const Tables<T>& tb, const Scalars<T>& s) {
+  const std::int64_t S     = e.S;
+  const std::int64_t begin = a * S;
+  const T old              = e.absmax[a];
+  const T amax             = scan_block<false>(team, begin, S, e.g, e.idx, tb.codebook, old, s).amax.result();
+  const Normaliser<T> normal(amax);
+  const bool full       = e.kind == GefenSecondMoment::full;
+  const double inv_mean = inverse_mean_row(e);
+  // The row of the block's first element; a block within one row (S divides cols, the usual
+  // case) never needs a division per element.
+  const std::int64_t row0 = full ? 0 : begin / e.cols;
+  const bool one_row      = !full && begin + S <= (row0 + 1) * e.cols;
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, S), [&](const std::int64_t k) {
+    const std::int64_t i = begin + k;
+    const T gi           = e.g[i];
+    const T mi           = momentum(static_cast<T>(tb.codebook[e.idx[i]]), old, gi, s.b1, s.one_minus_b1);
+    const int q          = nearest_entry(normal(mi), tb.thresholds, tb.words, tb.bins);
+    e.idx[i]             = static_cast<std::uint8_t>(q);
+    T vi;
+    if (full) {
+      vi     = Impl::ema_square(e.v[i], gi, s.b2, s.one_minus_b2);
+      e.v[i] = vi;
+    } else {
+      const std::int64_t r = one_row ? row0 : i / e.cols;
+      vi = static_cast<T>(static_cast<double>(e.R[r]) * static_cast<double>(e.C[i - r * e.cols]) * inv_mean);
+    }
+    e.w[i] = e.w[i] * s.decay +
+             (s.neg_step_size * (static_cast<T>(tb.codebook[q]) * amax)) / Impl::rms_denominator(vi, s.bc2_sqrt, s.eps);
+  });
+  Kokkos::single(Kokkos::PerTeam(team), [&]() { e.absmax[a] = amax; });
+}
+
+// The step of one parameter group's tensors of one scalar type (entries [first, last) of the
+// table, their blocks [block_begin, block_end)) as one kernel: an iteration (CPUs) or a team
+// (GPUs) per block, of whichever kind its tensor is.
+template <class T>
+struct HostBlocks {
+  Kokkos::View<StepEntry<T>*, MemorySpace> table;
+  std::int64_t first, last;
+  Tables<T> tb;
+  Scalars<T> s;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t c) const {
+    const StepEntry<T> e = Impl::chunk_entry(table, first, last, c);
+    if (e.kind == GefenSecondMoment::shared)
+      host_shared_block(e, c - e.first_chunk, tb, s);
+    else
+      host_unshared_block(e, c - e.first_chunk, tb, s);
   }
+};
+
+template <class T>
+struct TeamBlocks {
+  Kokkos::View<StepEntry<T>*, MemorySpace> table;
+  std::int64_t first, last, block_begin;
+  Tables<T> tb;
+  Scalars<T> s;
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    const std::int64_t c  = block_begin + team.league_rank();
+    const StepEntry<T>& e = Impl::chunk_entry(table, first, last, c);
+    if (e.kind == GefenSecondMoment::shared)
+      team_shared_block(team, e, c - e.first_chunk, tb, s);
+    else
+      team_unshared_block(team, e, c - e.first_chunk, tb, s);
+  }
+};
+
+template <class T>
+void step_wave(const StepTable<T>& t, const typename StepTable<T>::Wave& r, const Tables<T>& tb, const Scalars<T>& s) {
+  if (r.block_end <= r.block_begin) return;
+  if constexpr (host_kernels)
+    Kokkos::parallel_for("koptim::Gefen::step", Kokkos::RangePolicy<ExecutionSpace>(r.block_begin, r.block_end),
+                         HostBlocks<T>{t.blocks, r.first, r.last, tb, s});
+  else
+    Kokkos::parallel_for("koptim::Gefen::step", TeamPolicy(static_cast<int>(r.block_end - r.block_begin), Kokkos::AUTO),
+                         TeamBlocks<T>{t.blocks, r.first, r.last, r.block_begin, tb, s});
 }
 
 // Values of a state tensor as doubles (for validation).
@@ -952,6 +1155,7 @@ void Gefen::initialise() {
       for (int k = 0; k < codebook_size; ++k) cb[k] = static_cast<float>(-1.0 + 2.0 * k / (codebook_size - 1));
     }
     fresh->set_codebook(cb, has_double_tensors(ps));
+    fresh->build_step_tables(ps, [&](std::size_t i) { return mine(i); });
   });
   state_ = std::move(fresh);
 }
@@ -963,20 +1167,19 @@ void Gefen::update(std::int64_t t, const std::vector<double>& lrs) {
   // One small collective per step, so that a rank whose update failed fails every rank instead of
   // leaving them in the all-gather.
   Impl::run_together(comm_.get(), [&] {
-    for (std::size_t i = 0; i < ps.size(); ++i) {
-      const auto& p   = ps[i];
-      TensorState& ts = st.tensors[i];
-      if (!mine(i) || ts.layout.n == 0) continue;
-      dispatch(p.param.dtype, [&](auto zero) {
-        using T            = decltype(zero);
-        const auto scalars = make_scalars<T>(options_, t, lrs[p.group], weight_decay(p.group));
-        if (ts.layout.kind == GefenSecondMoment::shared) {
-          step_shared<T>(p, ts, st.codebook, st.tables<T>(), scalars);
-        } else {
-          step_unshared<T>(p, ts, st.codebook, st.tables<T>(), st.row_sum, scalars);
-        }
-      });
-    }
+    // Per scalar type and wave (a parameter group, or part of one): the factors of its factored
+    // tensors, then one kernel over all its tensors' blocks.
+    const auto step_all = [&](auto zero) {
+      using T                   = decltype(zero);
+      const StepTable<T>& table = st.step_table<T>();
+      const auto b2             = static_cast<T>(options_.betas[1]);
+      for (const auto& wave : table.waves) {
+        update_factors(table, wave, b2, static_cast<T>(1.0 - options_.betas[1]));
+        step_wave(table, wave, st.tables<T>(), make_scalars<T>(options_, t, lrs[wave.group], weight_decay(wave.group)));
+      }
+    };
+    step_all(0.0f);
+    step_all(0.0);
   });
   if (comm_) {
     Impl::ScopedRegion region("koptim::Gefen::all_gather_parameters");
@@ -1154,6 +1357,7 @@ void Gefen::import_tensors(const OptimizerState& state) {
   }
   const auto c = values_of(state.tensors.at("codebook"));
   fresh->set_codebook(std::vector<float>(c.begin(), c.end()), has_double_tensors(ps));
+  fresh->build_step_tables(ps, [&](std::size_t i) { return mine(i); });
   state_ = std::move(fresh);
 }
 

@@ -73,6 +73,14 @@
 
 namespace koptim {
 
+namespace gefen {
+// On host backends a step takes the factored tensors of a parameter group in waves of about this
+// many bytes of gradient per thread of the host execution space: the factors of a wave's
+// tensors, then the wave's update, which finds the gradient still in the cores' caches. On GPUs
+// a wave is a whole group.
+constexpr std::int64_t host_wave_bytes = std::int64_t(256) << 10;
+}  // namespace gefen
+
 enum class GefenPartitionRule { neighbour_contrast, variance_drop };
 enum class GefenP1SecondMoment { factored, full };
 // The names a parameter list uses.

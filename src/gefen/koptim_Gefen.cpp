@@ -512,6 +512,9 @@ using Member     = TeamPolicy::member_type;
 // added in order) and the largest |m|, an exact maximum in any order (host_kernels, above).
 // A host block keeps the first host_kept new momenta of its first pass for its second.
 constexpr std::int64_t host_kept = 1024;
+// (At namespace scope, so that every compilation pass sees host_kept referenced: CUDA's device
+// pass, which compiles none of the host loops, would warn of an unused variable.)
+static_assert(max_scale_group <= host_kept, "a host block of p = 1 keeps all its momenta");
 
 // The largest |m| as the largest magnitude bits (an integer maximum, which vectorizes; a
 // floating maximum does not without -ffast-math): equal, for values that are not NaN, to the
@@ -820,7 +823,6 @@ KOKKOS_INLINE_FUNCTION double inverse_mean_row(const StepEntry<T>& e) {
 template <class T>
 KOKKOS_INLINE_FUNCTION void host_unshared_block(const StepEntry<T>& e, std::int64_t a, const Tables<T>& tb,
                                                 const Scalars<T>& s) {
-  static_assert(max_scale_group <= host_kept, "a host block keeps all its momenta");
   const std::int64_t S     = e.S;
   const std::int64_t begin = a * S;
   const T old              = e.absmax[a];

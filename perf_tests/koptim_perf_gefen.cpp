@@ -64,6 +64,19 @@ void fill_gradient(const View& g, std::int64_t rows, std::int64_t cols, unsigned
   Kokkos::deep_copy(g, h);
 }
 
+// The first step untimed (Gefen: initialisation, partition and codebook; AdamW: first touch of
+// the state), then the timed steps; ns_per_param for n parameters.
+void time_steps(benchmark::State& state, koptim::Optimizer& opt, std::int64_t n) {
+  opt.step();
+  Kokkos::fence();
+  for (auto _ : state) {
+    opt.step();
+    Kokkos::fence();
+  }
+  state.counters["ns_per_param"] = benchmark::Counter(
+      static_cast<double>(n) * 1e-9, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+
 void BM_Step(benchmark::State& state) {
   const auto method       = static_cast<Method>(state.range(0));
   const std::int64_t n    = state.range(1);
@@ -74,14 +87,7 @@ void BM_Step(benchmark::State& state) {
   koptim::ParameterSet params;
   params.add("w", w, g);
   auto opt = make(params, method);
-  opt->step();  // Gefen: initialisation (partition, codebook); AdamW: first touch of the state
-  Kokkos::fence();
-  for (auto _ : state) {
-    opt->step();
-    Kokkos::fence();
-  }
-  state.counters["ns_per_param"] = benchmark::Counter(
-      static_cast<double>(n) * 1e-9, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  time_steps(state, *opt, n);
   state.counters["params"]                = static_cast<double>(n);
   state.counters["state_bytes_per_param"] = static_cast<double>(opt->state_bytes()) / static_cast<double>(n);
   if (method != adamw) {
@@ -105,14 +111,7 @@ void BM_ManyTensors(benchmark::State& state) {
     views.push_back(g);
   }
   auto opt = make(params, method);
-  opt->step();
-  Kokkos::fence();
-  for (auto _ : state) {
-    opt->step();
-    Kokkos::fence();
-  }
-  state.counters["ns_per_param"] = benchmark::Counter(
-      static_cast<double>(n) * 1e-9, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  time_steps(state, *opt, n);
   state.counters["tensors"] = static_cast<double>(tensors);
   state.SetLabel(labels[method]);
 }

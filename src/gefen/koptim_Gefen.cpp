@@ -639,6 +639,16 @@ KOKKOS_INLINE_FUNCTION BlockScan<T> scan_block(const Member& team, std::int64_t 
   return scan;
 }
 
+// f(std::true_type()) where the block's normaliser divides, else f(std::false_type()): the
+// host loops compiled for each.
+template <class T, class F>
+KOKKOS_INLINE_FUNCTION void with_divide(const Normaliser<T>& normal, const F& f) {
+  if (normal.divide)
+    f(std::true_type());
+  else
+    f(std::false_type());
+}
+
 // p > 1: block b of a tensor is a partition block (which is also its scale block): the shared
 // second moment, the new absmax, then requantization and the parameter update. On a host
 // thread (two passes over raw pointers, vectorized) or by a team.
@@ -665,10 +675,7 @@ KOKKOS_INLINE_FUNCTION void host_shared_block(const StepEntry<T>& e, std::int64_
     host_update_shared<true, D>(0, kept, gb, ib, wb, m, tb, old, normal, scale, s);
     host_update_shared<false, D>(kept, P, gb, ib, wb, m, tb, old, normal, scale, s);
   };
-  if (normal.divide)
-    run(std::true_type());
-  else
-    run(std::false_type());
+  with_divide(normal, run);
   e.absmax[b] = amax;
 }
 
@@ -847,10 +854,7 @@ KOKKOS_INLINE_FUNCTION void host_unshared_block(const StepEntry<T>& e, std::int6
     else
       run(divide, std::integral_constant<Moment, Moment::factored>());
   };
-  if (normal.divide)
-    with_kind(std::true_type());
-  else
-    with_kind(std::false_type());
+  with_divide(normal, with_kind);
   e.absmax[a] = amax;
 }
 

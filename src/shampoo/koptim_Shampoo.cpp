@@ -118,65 +118,52 @@ KOKKOS_INLINE_FUNCTION F bind(const F& body, const BlockPointers<T>&, long) {
   return body;
 }
 
+// A body(b, e, k) as a TableChunks body: element e of entry b, k its offset in the user's tensor
+// when Mapped (runs of BlockMap::run contiguous elements take one index computation), else 0;
+// the body bound to the entry first (bind).
+template <bool Mapped, class F>
+struct BlockBody {
+  F f;
+  template <class T>
+  KOKKOS_INLINE_FUNCTION void run(const BlockPointers<T>& b, std::int64_t begin, std::int64_t end) const {
+    const auto local = bind(f, b, 0);
+    if constexpr (Mapped) {
+      for (std::int64_t e = begin; e < end;) {
+        const std::int64_t k = b.map(e);
+        const std::int64_t n = b.map.run - e % b.map.run < end - e ? b.map.run - e % b.map.run : end - e;
+        for (std::int64_t i = 0; i < n; ++i) local(b, e + i, k + i);
+        e += n;
+      }
+    } else {
+      for (std::int64_t e = begin; e < end; ++e) local(b, e, 0);
+    }
+  }
+  template <class Member, class T>
+  KOKKOS_INLINE_FUNCTION void team(const Member& team, const BlockPointers<T>& b, std::int64_t begin,
+                                   std::int64_t end) const {
+    const auto local = bind(f, b, 0);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, begin, end),
+                         [&](const std::int64_t e) { local(b, e, offset_of<Mapped>(b, e)); });
+  }
+};
+
 // body(b, e, k) for every element e of every entry b in [first, last) of the table, whose chunks
-// are [chunk_begin, chunk_end), as one kernel: k is the element's offset in the user's tensor when
-// Mapped (runs of BlockMap::run contiguous elements take one index computation), else 0. CPUs: a
-// chunk per iteration, on local copies of the body and the entry (their members stay in registers,
-// see koptim_Elementwise.hpp); GPUs: a team per chunk, consecutive threads on consecutive elements.
+// are [chunk_begin, chunk_end), as one kernel (Impl::for_each_table_chunk: a chunk of block_chunk
+// elements per CPU iteration or GPU team).
 template <bool Mapped, class T, class F>
 void for_each_block_element(const char* label, const BlockTable<T>& table, std::int64_t first, std::int64_t last,
                             std::int64_t chunk_begin, std::int64_t chunk_end, const F& body) {
-  if (chunk_end <= chunk_begin) return;
-  if (std::is_same<ExecutionSpace::memory_space, Kokkos::HostSpace>::value) {
-    Kokkos::parallel_for(
-        label, Kokkos::RangePolicy<ExecutionSpace>(chunk_begin, chunk_end), KOKKOS_LAMBDA(const std::int64_t c) {
-          const BlockPointers<T> b = chunk_entry(table, first, last, c);
-          const auto local         = bind(body, b, 0);
-          const std::int64_t begin = (c - b.first_chunk) * block_chunk;
-          const std::int64_t end   = begin + block_chunk < b.size ? begin + block_chunk : b.size;
-          if constexpr (Mapped) {
-            for (std::int64_t e = begin; e < end;) {
-              const std::int64_t k = b.map(e);
-              const std::int64_t n = b.map.run - e % b.map.run < end - e ? b.map.run - e % b.map.run : end - e;
-              for (std::int64_t i = 0; i < n; ++i) local(b, e + i, k + i);
-              e += n;
-            }
-          } else {
-            for (std::int64_t e = begin; e < end; ++e) local(b, e, 0);
-          }
-        });
-  } else {
-    using TeamPolicy = Kokkos::TeamPolicy<ExecutionSpace>;
-    Kokkos::parallel_for(
-        label, TeamPolicy(static_cast<int>(chunk_end - chunk_begin), Kokkos::AUTO),
-        KOKKOS_LAMBDA(const TeamPolicy::member_type& team) {
-          const std::int64_t c      = chunk_begin + team.league_rank();
-          const BlockPointers<T>& b = chunk_entry(table, first, last, c);
-          const std::int64_t begin  = (c - b.first_chunk) * block_chunk;
-          const std::int64_t end    = begin + block_chunk < b.size ? begin + block_chunk : b.size;
-          const auto local          = bind(body, b, 0);
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, begin, end),
-                               [&](const std::int64_t e) { local(b, e, offset_of<Mapped>(b, e)); });
-        });
-  }
+  Impl::for_each_table_chunk(label, table, first, last, chunk_begin, chunk_end, block_chunk,
+                             BlockBody<Mapped, F>{body});
 }
 
 // The same body over one entry's elements on the calling thread (the host batch: inside its
-// parallel loop over blocks, no kernel).
+// parallel loop over blocks, no kernel), on a local copy of the entry (its members stay in
+// registers).
 template <bool Mapped, class T, class F>
 void block_elements_serial(const BlockPointers<T>& entry, const F& body) {
-  const BlockPointers<T> b = entry;  // a local copy: its members stay in registers
-  const auto local         = bind(body, b, 0);
-  if constexpr (Mapped) {
-    for (std::int64_t e = 0; e < b.size;) {
-      const std::int64_t k = b.map(e);
-      const std::int64_t n = b.map.run - e % b.map.run < b.size - e ? b.map.run - e % b.map.run : b.size - e;
-      for (std::int64_t i = 0; i < n; ++i) local(b, e + i, k + i);
-      e += n;
-    }
-  } else {
-    for (std::int64_t e = 0; e < b.size; ++e) local(b, e, 0);
-  }
+  const BlockPointers<T> b = entry;
+  BlockBody<Mapped, F>{body}.run(b, 0, b.size);
 }
 
 // Per-block sums for team bodies: body(sums, b) for every entry b of the table, where sums(f) is

@@ -78,35 +78,54 @@ using PieceTable = Kokkos::View<PieceArrays<T>*, MemorySpace>;
 // Elements per chunk of a piece table.
 constexpr std::int64_t piece_chunk = host_chunk > 1 ? host_chunk : 2048;
 
-// CPUs: the chunk's piece and the body copied locally (their members stay in registers, as in
-// ChunkedBody), then a plain loop the compiler vectorizes.
-template <class T, class F>
-struct PieceChunks {
-  PieceTable<T> table;
-  F body;
-  std::int64_t entries;
+// One kernel over chunks [chunk_begin, chunk_end) of the entries [first, last) of a chunk table
+// (`chunk` elements per chunk; an entry has first_chunk and size). CPUs: an iteration per chunk,
+// body.run(entry, begin, end) on local copies of the entry and the body (their members stay in
+// registers, as in ChunkedBody: the loop vectorizes); GPUs: a team per chunk,
+// body.team(team, entry, begin, end), consecutive threads on consecutive elements.
+template <class Table, class Body>
+struct TableChunks {
+  using Member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
+  Table table;
+  Body body;
+  std::int64_t first, last, chunk_begin, chunk;
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t c) const {
-    const PieceArrays<T> p   = chunk_entry(table, 0, entries, c);
-    const F local            = body;
-    const std::int64_t begin = (c - p.first_chunk) * piece_chunk;
-    const std::int64_t end   = begin + piece_chunk < p.size ? begin + piece_chunk : p.size;
-    for (std::int64_t i = begin; i < end; ++i) local(p, i);
+    const typename Table::value_type e = chunk_entry(table, first, last, c);
+    const Body local                   = body;
+    const std::int64_t begin           = (c - e.first_chunk) * chunk;
+    local.run(e, begin, begin + chunk < e.size ? begin + chunk : e.size);
+  }
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    const std::int64_t c                = chunk_begin + team.league_rank();
+    const typename Table::value_type& e = chunk_entry(table, first, last, c);
+    const std::int64_t begin            = (c - e.first_chunk) * chunk;
+    body.team(team, e, begin, begin + chunk < e.size ? begin + chunk : e.size);
   }
 };
 
-// GPUs: a team per chunk, consecutive threads on consecutive elements.
-template <class T, class F>
-struct PieceTeams {
-  using Member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
-  PieceTable<T> table;
-  F body;
-  std::int64_t entries;
-  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
-    const std::int64_t c     = team.league_rank();
-    const PieceArrays<T>& p  = chunk_entry(table, 0, entries, c);
-    const std::int64_t begin = (c - p.first_chunk) * piece_chunk;
-    const std::int64_t end   = begin + piece_chunk < p.size ? begin + piece_chunk : p.size;
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, begin, end), [&](const std::int64_t i) { body(p, i); });
+template <class Table, class Body>
+void for_each_table_chunk(const char* label, const Table& table, std::int64_t first, std::int64_t last,
+                          std::int64_t chunk_begin, std::int64_t chunk_end, std::int64_t chunk, const Body& body) {
+  if (chunk_end <= chunk_begin) return;
+  const TableChunks<Table, Body> f{table, body, first, last, chunk_begin, chunk};
+  if (host_chunk > 1)
+    Kokkos::parallel_for(label, Kokkos::RangePolicy<ExecutionSpace>(chunk_begin, chunk_end), f);
+  else
+    Kokkos::parallel_for(
+        label, Kokkos::TeamPolicy<ExecutionSpace>(static_cast<int>(chunk_end - chunk_begin), Kokkos::AUTO), f);
+}
+
+// A body(entry, i) per element as a TableChunks body.
+template <class F>
+struct ElementBody {
+  F f;
+  template <class E>
+  KOKKOS_INLINE_FUNCTION void run(const E& e, std::int64_t begin, std::int64_t end) const {
+    for (std::int64_t i = begin; i < end; ++i) f(e, i);
+  }
+  template <class Member, class E>
+  KOKKOS_INLINE_FUNCTION void team(const Member& team, const E& e, std::int64_t begin, std::int64_t end) const {
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, begin, end), [&](const std::int64_t i) { f(e, i); });
   }
 };
 
@@ -129,14 +148,8 @@ std::pair<PieceTable<T>, std::int64_t> make_piece_table(const std::string& label
 // in all), as one kernel: the diagonal optimizers' multi-tensor update.
 template <class T, class F>
 void for_each_piece_element(const char* label, const PieceTable<T>& table, std::int64_t chunks, const F& body) {
-  if (chunks == 0) return;
-  const auto entries = static_cast<std::int64_t>(table.extent(0));
-  if (host_chunk > 1)
-    Kokkos::parallel_for(label, Kokkos::RangePolicy<ExecutionSpace>(0, chunks),
-                         PieceChunks<T, F>{table, body, entries});
-  else
-    Kokkos::parallel_for(label, Kokkos::TeamPolicy<ExecutionSpace>(static_cast<int>(chunks), Kokkos::AUTO),
-                         PieceTeams<T, F>{table, body, entries});
+  for_each_table_chunk(label, table, 0, static_cast<std::int64_t>(table.extent(0)), 0, chunks, piece_chunk,
+                       ElementBody<F>{body});
 }
 
 }  // namespace Impl

@@ -282,6 +282,7 @@ struct StepTable {
   Kokkos::View<double*, MemorySpace> row_sums;
 };
 
+// A new View in device memory holding `entries` (the step tables, the lookup's thresholds).
 template <class E>
 Kokkos::View<E*, MemorySpace> device_table(const std::string& label, const std::vector<E>& entries) {
   Kokkos::View<E*, MemorySpace> table(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), entries.size());
@@ -401,8 +402,8 @@ struct Gefen::State {
     Kokkos::deep_copy(lookup,
                       Kokkos::View<const std::uint32_t*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
                           L.words.data(), L.words.size()));
-    thresholds_float  = copy_to_device("koptim::Gefen::thresholds_float", L.thresholds_float);
-    thresholds_double = copy_to_device("koptim::Gefen::thresholds_double", L.thresholds_double);
+    thresholds_float  = device_table("koptim::Gefen::thresholds_float", L.thresholds_float);
+    thresholds_double = device_table("koptim::Gefen::thresholds_double", L.thresholds_double);
     initialised       = true;
   }
   std::size_t lookup_bytes() const {
@@ -433,15 +434,6 @@ struct Gefen::State {
       t.thresholds = thresholds_double.data();
     t.bins = static_cast<T>(lookup_bins);
     return t;
-  }
-
- private:
-  template <class T>
-  static Kokkos::View<T*, MemorySpace> copy_to_device(const std::string& label, const std::vector<T>& h) {
-    Kokkos::View<T*, MemorySpace> d(label, h.size());
-    Kokkos::deep_copy(
-        d, Kokkos::View<const T*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(h.data(), h.size()));
-    return d;
   }
 };
 

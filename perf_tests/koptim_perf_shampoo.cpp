@@ -276,11 +276,12 @@ void BM_MlpStepBlasShare(benchmark::State& state) {
   auto blas_step = [&]() {
     for (int l = 0; l < 4; ++l) {
       for (int j = 0; j < 2; ++j)
-        koptim::linalg::gram_of_unfolding<float>(G.data(), matrix, j, 0.001f, 0.999f, L.data());
-      koptim::linalg::gram_of_unfolding<float>(G.data(), vector, 0, 0.001f, 0.999f, L.data());
-      koptim::linalg::mode_product<float>(G.data(), matrix, 0, X.data(), 'T', Y.data());
-      koptim::linalg::mode_product<float>(Y.data(), matrix, 1, X.data(), 'T', Z.data());
-      koptim::linalg::mode_product<float>(G.data(), vector, 0, X.data(), 'T', Y.data());
+        koptim::linalg::gram_of_unfolding<float>(koptim::ExecutionSpace(), G.data(), matrix, j, 0.001f, 0.999f,
+                                                 L.data());
+      koptim::linalg::gram_of_unfolding<float>(koptim::ExecutionSpace(), G.data(), vector, 0, 0.001f, 0.999f, L.data());
+      koptim::linalg::mode_product<float>(koptim::ExecutionSpace(), G.data(), matrix, 0, X.data(), 'T', Y.data());
+      koptim::linalg::mode_product<float>(koptim::ExecutionSpace(), Y.data(), matrix, 1, X.data(), 'T', Z.data());
+      koptim::linalg::mode_product<float>(koptim::ExecutionSpace(), G.data(), vector, 0, X.data(), 'T', Y.data());
     }
     Kokkos::fence();
   };

@@ -62,7 +62,7 @@ void exchange_and_check(koptim::Impl::Wire wire, const koptim::comm::Communicato
     Kokkos::deep_copy(src, h);
     Kokkos::deep_copy(d.piece(p), src);
   }
-  d.exchange(comm);
+  d.exchange(koptim::ExecutionSpace(), comm);
   for (std::size_t p = 0; p < d.num_pieces(); ++p) {
     Kokkos::View<T*, koptim::MemorySpace> dst("dst", plan.sizes[p]);
     Kokkos::deep_copy(dst, d.piece(p));
@@ -122,7 +122,7 @@ TEST(Distributor, ParameterSharingCopiesEveryPartToEveryRank) {
   a.set(false, [&](std::int64_t i) { return fill(0, i); });
   b.set(false, [&](std::int64_t i) { return fill(1, i); });
   koptim::Impl::ParameterSharing<float> sharing("test", parts, me, ranks);
-  sharing.share(ps, world().get());
+  sharing.share(koptim::ExecutionSpace(), ps, world().get());
   const auto av = a.get(), bv = b.get();
   for (std::size_t k = 0; k < parts.size(); ++k) {
     const auto& values = parts[k].param == 0 ? av : bv;

@@ -25,14 +25,15 @@ std::vector<std::int64_t> sizes() {
 // body (a private member function of the generated class).
 void add_index_plus_one(const Kokkos::View<std::int64_t*, MemorySpace>& hits, std::int64_t n) {
   koptim::Impl::for_each_element(
-      "test::for_each_element", n, KOKKOS_LAMBDA(const std::int64_t i) {
+      koptim::ExecutionSpace(), "test::for_each_element", n, KOKKOS_LAMBDA(const std::int64_t i) {
         hits(i) += i + 1;  // each index once: no two iterations touch the same element
       });
 }
 
 double lane_sum_of_indices(std::int64_t n) {
   return koptim::Impl::lane_sum(
-      "test::lane_sum", n, KOKKOS_LAMBDA(const std::int64_t i) { return static_cast<double>(i); });
+      koptim::ExecutionSpace(), "test::lane_sum", n,
+      KOKKOS_LAMBDA(const std::int64_t i) { return static_cast<double>(i); });
 }
 
 // team_sums(t) = sum over i < n of i (t + 1), one team per entry.

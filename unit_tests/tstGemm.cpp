@@ -83,7 +83,8 @@ void check_mode_products(double tol) {
         }
       }
       auto L = device_copy<T>(L0);
-      koptim::linalg::gram_of_unfolding<T>(G.data(), shape, j, static_cast<T>(alpha), static_cast<T>(beta), L.data());
+      koptim::linalg::gram_of_unfolding<T>(koptim::ExecutionSpace(), G.data(), shape, j, static_cast<T>(alpha),
+                                           static_cast<T>(beta), L.data());
       const auto got = host_values(L);
       for (std::int64_t a = 0; a < d; ++a) {
         for (std::int64_t b = 0; b < d; ++b) {
@@ -106,7 +107,7 @@ void check_mode_products(double tol) {
           for (std::int64_t b = 0; b < d; ++b) Acm[a + b * d] = A[a * d + b];
         const auto Ad = device_copy<T>(Acm);
         Kokkos::View<T*> Y("Y", n), Ys("Ys", n);
-        koptim::linalg::mode_product<T>(G.data(), shape, j, Ad.data(), trans, Y.data());
+        koptim::linalg::mode_product<T>(koptim::ExecutionSpace(), G.data(), shape, j, Ad.data(), trans, Y.data());
         const auto y = host_values(Y);
         std::vector<double> ys;
         if constexpr (host_memory) {

@@ -377,6 +377,121 @@ TEST(SteadyState, LaunchesDoNotGrowWithTheBlocks) {
   }
 }
 
+// Kernels and fences of a step, with the Kokkos Tools device id of the instance each was on.
+struct InstanceEvent {
+  std::string what, name;
+  std::uint32_t device;
+};
+std::vector<InstanceEvent>& instance_events() {
+  static std::vector<InstanceEvent> e;
+  return e;
+}
+void on_instance_kernel(const char* name, std::uint32_t device, std::uint64_t*) {
+  instance_events().push_back({"kernel", name, device});
+}
+void on_instance_fence(const char* name, std::uint32_t device, std::uint64_t*) {
+  instance_events().push_back({"fence", name, device});
+}
+
+class InstanceRecorder {
+ public:
+  InstanceRecorder() {
+    instance_events().clear();
+    Kokkos::Tools::Experimental::set_begin_parallel_for_callback(on_instance_kernel);
+    Kokkos::Tools::Experimental::set_begin_parallel_reduce_callback(on_instance_kernel);
+    Kokkos::Tools::Experimental::set_begin_parallel_scan_callback(on_instance_kernel);
+    Kokkos::Tools::Experimental::set_begin_fence_callback(on_instance_fence);
+  }
+  ~InstanceRecorder() {
+    Kokkos::Tools::Experimental::set_begin_parallel_for_callback(nullptr);
+    Kokkos::Tools::Experimental::set_begin_parallel_reduce_callback(nullptr);
+    Kokkos::Tools::Experimental::set_begin_parallel_scan_callback(nullptr);
+    Kokkos::Tools::Experimental::set_begin_fence_callback(nullptr);
+  }
+  InstanceRecorder(const InstanceRecorder&)            = delete;
+  InstanceRecorder& operator=(const InstanceRecorder&) = delete;
+};
+
+// An instance of the default execution space other than the default one where Kokkos makes one
+// (Kokkos 4's partition_space: a stream of its own on a GPU, a thread pool of its own with
+// OpenMP); with Kokkos 3.4 (Serial), the default instance.
+koptim::ExecutionSpace new_instance() {
+#if KOKKOS_VERSION >= 40000
+  return Kokkos::Experimental::partition_space(koptim::ExecutionSpace(), 1)[0];
+#else
+  return koptim::ExecutionSpace();
+#endif
+}
+
+// Optimizer::step(exec) runs every kernel and fence of a steady-state step on exec: each one's
+// Kokkos Tools device id is exec's (a global fence, Kokkos::fence(), has an id of its own; so has
+// another instance on a GPU, where each instance is a stream; Kokkos 4.6 gives every OpenMP or
+// Serial instance the same id, so on a CPU what this catches is a global fence or a kernel on
+// another device). And the step on exec gives the parameters the step on the default instance
+// gives, to the bit, for every optimizer and both forms of Shampoo's step.
+TEST(SteadyState, StepRunsOnTheCallersInstance) {
+  const koptim::ExecutionSpace exec = new_instance();
+  const std::uint32_t id            = Kokkos::Tools::Experimental::device_id(exec);
+  for (auto& c : cases()) {
+    for (const bool device_path : {false, true}) {
+      const bool shampoo = c.label.rfind("Shampoo", 0) == 0;
+      if (device_path && !shampoo) continue;
+      const std::string label = c.label + (device_path ? ", device path" : "");
+      SCOPED_TRACE(label + " on " + std::to_string(world()->size()) + " ranks");
+      WideModel on_exec(2 * world()->size()), on_default(2 * world()->size());
+      auto make = [&](WideModel& m) {
+        auto opt = c.distributed ? koptim::create(m.params, c.list, world()) : koptim::create(m.params, c.list);
+        if (device_path) dynamic_cast<koptim::Shampoo&>(*opt).batch_blocks_on_host(false);
+        return opt;
+      };
+      auto a = make(on_exec), b = make(on_default);
+      std::vector<InstanceEvent> events;
+      for (int s = 1; s <= 10; ++s) {
+        on_exec.gradients(s);
+        on_default.gradients(s);
+        if (s <= 4) {
+          a->step(exec);  // the first steps build state (Gefen's codebook, the first roots)
+        } else {
+          InstanceRecorder record;
+          a->step(exec);
+          events.insert(events.end(), instance_events().begin(), instance_events().end());
+        }
+        b->step();
+      }
+      exec.fence();
+      ASSERT_FALSE(events.empty());
+      std::string wrong;
+      for (const auto& e : events)
+        if (e.device != id)
+          wrong += "  " + e.what + " '" + e.name + "' on device id " + std::to_string(e.device) + "\n";
+      EXPECT_TRUE(wrong.empty()) << "exec has device id " << id << "; off it in steady-state steps:\n" << wrong;
+      for (std::size_t k = 0; k < on_exec.f.size(); ++k) EXPECT_EQ(on_exec.f[k]->get(), on_default.f[k]->get()) << k;
+      for (std::size_t k = 0; k < on_exec.d.size(); ++k) EXPECT_EQ(on_exec.d[k]->get(), on_default.d[k]->get()) << k;
+    }
+  }
+}
+
+// The recorder sees a global fence under an id that is not an instance's, and a kernel on exec
+// under exec's id: the test above cannot pass by not listening.
+void launch_on(const koptim::ExecutionSpace& exec) {
+  Kokkos::parallel_for("koptim_test::probe", Kokkos::RangePolicy<koptim::ExecutionSpace>(exec, 0, 1),
+                       KOKKOS_LAMBDA(int){});
+}
+
+TEST(SteadyState, InstanceRecorderSeesDevicesAndGlobalFences) {
+  const bool fences_reported        = kokkos_reports_fences();
+  const koptim::ExecutionSpace exec = new_instance();
+  InstanceRecorder record;
+  launch_on(exec);
+  ASSERT_EQ(instance_events().size(), 1u);
+  EXPECT_EQ(instance_events()[0].device, Kokkos::Tools::Experimental::device_id(exec));
+  if (!fences_reported) return;  // Kokkos 3.4
+  instance_events().clear();
+  Kokkos::fence();  // global
+  ASSERT_EQ(instance_events().size(), 1u);
+  EXPECT_NE(instance_events()[0].device, Kokkos::Tools::Experimental::device_id(exec));
+}
+
 // The counter itself sees an allocation: the test above cannot pass by not listening.
 TEST(SteadyState, CounterSeesAllocations) {
   AllocationCounter count;

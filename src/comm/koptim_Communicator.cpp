@@ -76,17 +76,22 @@ class MpiCommunicator final : public koptim::Impl::TypedCommunicator<MpiCommunic
   }
   mutable Kokkos::View<unsigned char*, Kokkos::HostSpace> staging_;
 
-  // Arguments checked and agreed, data ready (TypedCommunicator::checked_reduce).
+  // Arguments checked and agreed (TypedCommunicator::checked_reduce). MPI reads the data from
+  // the host thread: first the kernels on exec that produce it must finish.
   template <class T>
-  void reduce(const Kokkos::View<T*, MemorySpace>& data) const {
+  void reduce(const ExecutionSpace& exec, const Kokkos::View<T*, MemorySpace>& data) const {
     const std::size_t n = data.extent(0);
     if (direct()) {
+      Impl::fence(exec, "koptim::comm::Communicator::all_reduce_sum: data ready for MPI");
       reduce_raw(data.data(), n);
     } else {
       const auto host = staging<T>(n);
-      Kokkos::deep_copy(host, data);
+      Kokkos::deep_copy(exec, host, data);
+      Impl::fence(exec, "koptim::comm::Communicator::all_reduce_sum: data staged for MPI");
       reduce_raw(host.data(), n);
-      Kokkos::deep_copy(data, host);
+      Kokkos::deep_copy(exec, data, host);
+      // The staging buffer is the next collective's: the copy out of it must be done.
+      Impl::fence(exec, "koptim::comm::Communicator::all_reduce_sum: result copied back");
     }
   }
 
@@ -109,14 +114,16 @@ class MpiCommunicator final : public koptim::Impl::TypedCommunicator<MpiCommunic
     return s.str();
   }
 
-  // Arguments checked and agreed, count > 0, send ready (TypedCommunicator::checked_gather).
+  // Arguments checked and agreed, count > 0 (TypedCommunicator::checked_gather).
   template <class T>
-  void gather(const Kokkos::View<const T*, MemorySpace>& send, const Kokkos::View<T*, MemorySpace>& recv) const {
+  void gather(const ExecutionSpace& exec, const Kokkos::View<const T*, MemorySpace>& send,
+              const Kokkos::View<T*, MemorySpace>& recv) const {
     const std::size_t count = send.extent(0);
     const std::size_t p     = static_cast<std::size_t>(size());
     const bool in_place     = send.data() == recv.data() + static_cast<std::size_t>(rank()) * count;
     const int c             = static_cast<int>(count);
     if (direct()) {
+      Impl::fence(exec, "koptim::comm::Communicator::all_gather: send ready for MPI");
       check_mpi(MPI_Allgather(in_place ? MPI_IN_PLACE : send.data(), c, mpi_type<T>(), recv.data(), c, mpi_type<T>(),
                               mpi_comm()),
                 "MPI_Allgather");
@@ -124,10 +131,12 @@ class MpiCommunicator final : public koptim::Impl::TypedCommunicator<MpiCommunic
       const auto host_recv = staging<T>(p * count);
       auto mine            = Kokkos::subview(host_recv, std::make_pair(static_cast<std::size_t>(rank()) * count,
                                                                        static_cast<std::size_t>(rank() + 1) * count));
-      Kokkos::deep_copy(mine, send);
+      Kokkos::deep_copy(exec, mine, send);
+      Impl::fence(exec, "koptim::comm::Communicator::all_gather: send staged for MPI");
       check_mpi(MPI_Allgather(MPI_IN_PLACE, c, mpi_type<T>(), host_recv.data(), c, mpi_type<T>(), mpi_comm()),
                 "MPI_Allgather");
-      Kokkos::deep_copy(recv, host_recv);
+      Kokkos::deep_copy(exec, recv, host_recv);
+      Impl::fence(exec, "koptim::comm::Communicator::all_gather: result copied back");
     }
   }
 };

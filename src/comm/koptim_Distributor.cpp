@@ -52,23 +52,23 @@ Distributor<T>::Distributor(const std::string& label, const std::vector<std::int
 }
 
 template <class T>
-void Distributor<T>::exchange(const comm::Communicator* comm) const {
+void Distributor<T>::exchange(const ExecutionSpace& exec, const comm::Communicator* comm) const {
   if (segment_ == 0) return;
   const bool many = comm != nullptr && num_ranks_ > 1;
   const auto mine = std::make_pair(static_cast<std::int64_t>(rank_) * segment_, (rank_ + 1) * segment_);
   if (wire_ == Wire::native) {
-    if (many) comm->all_gather(Kokkos::View<const T*, MemorySpace>(Kokkos::subview(gathered_, mine)), gathered_);
+    if (many) comm->all_gather(exec, Kokkos::View<const T*, MemorySpace>(Kokkos::subview(gathered_, mine)), gathered_);
     return;
   }
   const auto values        = gathered_;
   const auto half          = wire_buffer_;
   const std::int64_t first = mine.first;
   Kokkos::parallel_for(
-      "koptim::Distributor::to_bf16", Kokkos::RangePolicy<ExecutionSpace>(0, segment_),
+      "koptim::Distributor::to_bf16", Kokkos::RangePolicy<ExecutionSpace>(exec, 0, segment_),
       KOKKOS_LAMBDA(const std::int64_t i) { half(first + i) = comm::to_bf16(static_cast<float>(values(first + i))); });
-  if (many) comm->all_gather(Kokkos::View<const std::uint16_t*, MemorySpace>(Kokkos::subview(half, mine)), half);
+  if (many) comm->all_gather(exec, Kokkos::View<const std::uint16_t*, MemorySpace>(Kokkos::subview(half, mine)), half);
   Kokkos::parallel_for(
-      "koptim::Distributor::from_bf16", Kokkos::RangePolicy<ExecutionSpace>(0, half.extent(0)),
+      "koptim::Distributor::from_bf16", Kokkos::RangePolicy<ExecutionSpace>(exec, 0, half.extent(0)),
       KOKKOS_LAMBDA(const std::int64_t i) { values(i) = static_cast<T>(comm::from_bf16(half(i))); });
 }
 
@@ -97,7 +97,8 @@ struct CopyPiece {
 }  // namespace
 
 template <class T>
-void ParameterSharing<T>::share(const ParameterSet& ps, const comm::Communicator* comm) const {
+void ParameterSharing<T>::share(const ExecutionSpace& exec, const ParameterSet& ps,
+                                const comm::Communicator* comm) const {
   if (comm == nullptr) return;
   if (!copies_) {
     std::vector<PieceArrays<T>> pack, unpack;
@@ -121,9 +122,9 @@ void ParameterSharing<T>::share(const ParameterSet& ps, const comm::Communicator
     std::tie(c->unpack, c->unpack_chunks) = make_piece_table("koptim::ParameterSharing::unpack", std::move(unpack));
     copies_                               = c;
   }
-  for_each_piece_element("koptim::Distributor::pack", copies_->pack, copies_->pack_chunks, CopyPiece<T>{});
-  plan_.exchange(comm);
-  for_each_piece_element("koptim::Distributor::unpack", copies_->unpack, copies_->unpack_chunks, CopyPiece<T>{});
+  for_each_piece_element(exec, "koptim::Distributor::pack", copies_->pack, copies_->pack_chunks, CopyPiece<T>{});
+  plan_.exchange(exec, comm);
+  for_each_piece_element(exec, "koptim::Distributor::unpack", copies_->unpack, copies_->unpack_chunks, CopyPiece<T>{});
 }
 
 template class Distributor<float>;

@@ -82,9 +82,9 @@ class Distributor {
   }
   Buffer gathered() const { return gathered_; }
 
-  // Every rank's segment to every rank (comm null: this process is every rank). Collective over
-  // comm; allocates nothing.
-  void exchange(const comm::Communicator* comm) const;
+  // Every rank's segment to every rank (comm null: this process is every rank), on exec.
+  // Collective over comm; allocates nothing.
+  void exchange(const ExecutionSpace& exec, const comm::Communicator* comm) const;
 
   // Bytes each rank receives per exchange (its own segment included), in the wire precision.
   std::size_t exchange_bytes() const {
@@ -128,8 +128,8 @@ class ParameterSharing {
   std::size_t buffer_bytes() const { return plan_.buffer_bytes(); }
   // Collective over comm (null: nothing to share). The parts go into and come out of the
   // gathered buffer in one kernel each (tables of their pointers, built at the first call: the
-  // parameters of a ParameterSet do not move).
-  void share(const ParameterSet& ps, const comm::Communicator* comm) const;
+  // parameters of a ParameterSet do not move), on exec.
+  void share(const ExecutionSpace& exec, const ParameterSet& ps, const comm::Communicator* comm) const;
 
  private:
   std::vector<Part> parts_;

@@ -75,18 +75,16 @@ std::size_t GradientAllReducer::bucket_bytes(std::size_t b) const {
   return static_cast<std::size_t>(bucket.elements) * size_of(bucket.dtype);
 }
 
-void GradientAllReducer::all_reduce_mean() {
+void GradientAllReducer::all_reduce_mean(const ExecutionSpace& exec) {
   Impl::ScopedRegion region("koptim::comm::GradientAllReducer::all_reduce_mean");
   // The mean over one rank is the gradient itself.
   if (comm_->size() == 1) return;
   for (const auto& b : buckets_) {
     if (b.dtype == ScalarType::float32)
-      reduce_bucket<float>(b);
+      reduce_bucket<float>(exec, b);
     else
-      reduce_bucket<double>(b);
+      reduce_bucket<double>(exec, b);
   }
-  // The caller reads the gradients next, possibly on the host.
-  ExecutionSpace().fence();
 }
 
 namespace {
@@ -106,16 +104,16 @@ Kokkos::View<double*, MemorySpace> buffer_of<double>(const Kokkos::View<float*, 
 }  // namespace
 
 template <class T>
-void GradientAllReducer::reduce_bucket(const Bucket& b) {
+void GradientAllReducer::reduce_bucket(const ExecutionSpace& exec, const Bucket& b) {
   using team_policy = Kokkos::TeamPolicy<ExecutionSpace>;
   using member_type = team_policy::member_type;
   // Division, not multiplication by 1/size: the mean is then the correctly rounded sum / size.
   const T n = static_cast<T>(comm_->size());
   if (b.members.size() == 1) {
     const Kokkos::View<T*, MemorySpace> g = grads_[b.members[0]].flat<T>();
-    comm_->all_reduce_sum(g);
+    comm_->all_reduce_sum(exec, g);
     Kokkos::parallel_for(
-        "koptim::GradientAllReducer::scale", Kokkos::RangePolicy<ExecutionSpace>(0, g.extent(0)),
+        "koptim::GradientAllReducer::scale", Kokkos::RangePolicy<ExecutionSpace>(exec, 0, g.extent(0)),
         KOKKOS_LAMBDA(const std::size_t i) { g(i) /= n; });
     return;
   }
@@ -125,7 +123,7 @@ void GradientAllReducer::reduce_bucket(const Bucket& b) {
   const auto offsets = b.offsets;
   const int m        = static_cast<int>(b.members.size());
   Kokkos::parallel_for(
-      "koptim::GradientAllReducer::pack", team_policy(m, Kokkos::AUTO), KOKKOS_LAMBDA(const member_type& team) {
+      "koptim::GradientAllReducer::pack", team_policy(exec, m, Kokkos::AUTO), KOKKOS_LAMBDA(const member_type& team) {
         const int j       = team.league_rank();
         const T* src      = reinterpret_cast<const T*>(ptrs(j));
         const auto off    = offsets(j);
@@ -133,9 +131,9 @@ void GradientAllReducer::reduce_bucket(const Bucket& b) {
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, length),
                              [&](const std::int64_t i) { buffer(off + i) = src[i]; });
       });
-  comm_->all_reduce_sum(buffer);
+  comm_->all_reduce_sum(exec, buffer);
   Kokkos::parallel_for(
-      "koptim::GradientAllReducer::unpack", team_policy(m, Kokkos::AUTO), KOKKOS_LAMBDA(const member_type& team) {
+      "koptim::GradientAllReducer::unpack", team_policy(exec, m, Kokkos::AUTO), KOKKOS_LAMBDA(const member_type& team) {
         const int j       = team.league_rank();
         T* dst            = reinterpret_cast<T*>(ptrs(j));
         const auto off    = offsets(j);

@@ -1,5 +1,5 @@
 // The NCCL backend of the data plane: GPU ranks exchange device memory directly over NVLink /
-// InfiniBand, on the stream of Kokkos' CUDA execution space. The control plane stays on MPI
+// InfiniBand, on the stream of the caller's CUDA instance. The control plane stays on MPI
 // (the base class); MPI also carries the ncclUniqueId from rank 0 to the others.
 //
 // Compiled into koptim only when CMake finds NCCL and Kokkos has CUDA. A build without a CUDA
@@ -28,11 +28,24 @@ void check_cuda(cudaError_t rc, const char* what) {
   throw Error(std::string("koptim: ") + what + " failed: " + cudaGetErrorString(rc));
 }
 
-cudaStream_t kokkos_stream() {
+// With a CUDA Kokkos, NCCL's collectives go on the stream of the caller's instance, in order with
+// its kernels: nothing waits. With another Kokkos (the test's cudaMalloc'ed memory) they go on the
+// legacy default stream, which is synchronised after each collective.
 #ifdef KOKKOS_ENABLE_CUDA
-  if (std::is_same<ExecutionSpace, Kokkos::Cuda>::value) return Kokkos::Cuda().cuda_stream();
+constexpr bool stream_ordered = std::is_same<ExecutionSpace, Kokkos::Cuda>::value;
+#else
+constexpr bool stream_ordered = false;
+#endif
+
+cudaStream_t stream_of([[maybe_unused]] const ExecutionSpace& exec) {
+#ifdef KOKKOS_ENABLE_CUDA
+  if constexpr (stream_ordered) return exec.cuda_stream();
 #endif
   return cudaStream_t{};  // the legacy default stream
+}
+
+void after_collective(cudaStream_t stream) {
+  if (!stream_ordered) check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
 }
 
 template <class T>
@@ -84,30 +97,30 @@ class NcclCommunicator final : public koptim::Impl::TypedCommunicator<NcclCommun
   }
 
  private:
-  // Arguments checked and agreed, data ready (TypedCommunicator::checked_reduce); NCCL runs on
-  // Kokkos' stream.
+  // Arguments checked and agreed (TypedCommunicator::checked_reduce); NCCL runs on exec's stream.
   template <class T>
-  void reduce(const Kokkos::View<T*, MemorySpace>& data) const {
-    const cudaStream_t stream = kokkos_stream();
+  void reduce(const ExecutionSpace& exec, const Kokkos::View<T*, MemorySpace>& data) const {
+    const cudaStream_t stream = stream_of(exec);
     check_nccl(ncclAllReduce(data.data(), data.data(), data.extent(0), nccl_type<T>(), ncclSum, comm_.get(), stream),
                "ncclAllReduce");
-    // Blocking, as the MPI backend: the caller may read data on any stream or on the host next.
-    check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    after_collective(stream);
   }
 
   // NCCL counts are size_t: no limit of its own.
   static std::string gather_count_error(std::size_t) { return {}; }
 
-  // Arguments checked and agreed, count > 0, send ready (TypedCommunicator::checked_gather).
+  // Arguments checked and agreed, count > 0 (TypedCommunicator::checked_gather); NCCL runs on
+  // exec's stream.
   template <class T>
-  void gather(const Kokkos::View<const T*, MemorySpace>& send, const Kokkos::View<T*, MemorySpace>& recv) const {
+  void gather(const ExecutionSpace& exec, const Kokkos::View<const T*, MemorySpace>& send,
+              const Kokkos::View<T*, MemorySpace>& recv) const {
     const std::size_t count   = send.extent(0);
-    const cudaStream_t stream = kokkos_stream();
+    const cudaStream_t stream = stream_of(exec);
     // NCCL's in-place all-gather is exactly send == recv + rank * count, as here. Bytes for bf16:
     // a gather only copies, and ncclUint8 exists in every NCCL version.
     const std::size_t bytes = count * sizeof(T);
     check_nccl(ncclAllGather(send.data(), recv.data(), bytes, ncclUint8, comm_.get(), stream), "ncclAllGather");
-    check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    after_collective(stream);
   }
 
   NcclComm comm_;

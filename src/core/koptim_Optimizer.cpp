@@ -51,7 +51,7 @@ namespace {
 // lambdas or functions with deduced return types. Counts the entries whose magnitude bits exceed
 // `limit`: NaN and Inf always, and finite values above the limit's value.
 template <class T>
-GradientCheck check_gradient_of(const TensorRef& t, const T limit_value) {
+GradientCheck check_gradient_of(const ExecutionSpace& exec, const TensorRef& t, const T limit_value) {
   using Bits       = decltype(magnitude_bits(T{}));
   const Bits limit = magnitude_bits(limit_value);
   const auto x     = t.flat<T>();
@@ -65,7 +65,7 @@ GradientCheck check_gradient_of(const TensorRef& t, const T limit_value) {
     const std::int64_t n = t.size, chunks = (n + chunk - 1) / chunk;
     const T* data = x.data();
     Kokkos::parallel_reduce(
-        "koptim::check_gradient", Kokkos::RangePolicy<ExecutionSpace>(0, chunks),
+        "koptim::check_gradient", Kokkos::RangePolicy<ExecutionSpace>(exec, 0, chunks),
         KOKKOS_LAMBDA(const std::int64_t c, std::int64_t& acc) {
           const std::int64_t lo = c * chunk, hi = lo + chunk < n ? lo + chunk : n;
           Bits m = 0;
@@ -79,7 +79,7 @@ GradientCheck check_gradient_of(const TensorRef& t, const T limit_value) {
         bad);
   } else {
     Kokkos::parallel_reduce(
-        "koptim::check_gradient", Kokkos::RangePolicy<ExecutionSpace>(0, t.size),
+        "koptim::check_gradient", Kokkos::RangePolicy<ExecutionSpace>(exec, 0, t.size),
         KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& n) { n += magnitude_bits(x(i)) > limit ? 1 : 0; }, bad);
   }
   r.refused = bad;
@@ -87,17 +87,18 @@ GradientCheck check_gradient_of(const TensorRef& t, const T limit_value) {
     // Rare path: the first offending entry and the number of non-finite ones, for the message.
     std::int64_t first = t.size, nonfinite = 0;
     Kokkos::parallel_reduce(
-        "koptim::first_refused", Kokkos::RangePolicy<ExecutionSpace>(0, t.size),
+        "koptim::first_refused", Kokkos::RangePolicy<ExecutionSpace>(exec, 0, t.size),
         KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& m) {
           if (magnitude_bits(x(i)) > limit && i < m) m = i;
         },
         Kokkos::Min<std::int64_t>(first));
     Kokkos::parallel_reduce(
-        "koptim::count_nonfinite", Kokkos::RangePolicy<ExecutionSpace>(0, t.size),
+        "koptim::count_nonfinite", Kokkos::RangePolicy<ExecutionSpace>(exec, 0, t.size),
         KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& n) { n += is_finite(x(i)) ? 0 : 1; }, nonfinite);
     T value{};
-    Kokkos::deep_copy(Kokkos::View<T, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(&value),
+    Kokkos::deep_copy(exec, Kokkos::View<T, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(&value),
                       Kokkos::subview(x, first));
+    Impl::fence(exec, "koptim::check_gradient: the first refused value");
     r.first       = first;
     r.nonfinite   = nonfinite;
     r.first_value = static_cast<double>(value);
@@ -106,14 +107,14 @@ GradientCheck check_gradient_of(const TensorRef& t, const T limit_value) {
 }
 }  // namespace
 
-GradientCheck check_gradient(const TensorRef& t, bool squares) {
+GradientCheck check_gradient(const TensorRef& t, bool squares, const ExecutionSpace& exec) {
   if (t.dtype == ScalarType::float32)
-    return check_gradient_of<float>(t, squares ? largest_squarable<float>() : std::numeric_limits<float>::max());
-  return check_gradient_of<double>(t, squares ? largest_squarable<double>() : std::numeric_limits<double>::max());
+    return check_gradient_of<float>(exec, t, squares ? largest_squarable<float>() : std::numeric_limits<float>::max());
+  return check_gradient_of<double>(exec, t, squares ? largest_squarable<double>() : std::numeric_limits<double>::max());
 }
 
-std::pair<std::int64_t, std::int64_t> count_nonfinite(const TensorRef& t) {
-  const auto r = check_gradient(t, false);
+std::pair<std::int64_t, std::int64_t> count_nonfinite(const TensorRef& t, const ExecutionSpace& exec) {
+  const auto r = check_gradient(t, false, exec);
   return std::make_pair(r.refused, r.first);
 }
 
@@ -148,14 +149,15 @@ KOKKOS_INLINE_FUNCTION std::int64_t count_over(const T* x, std::int64_t lo, std:
 
 // The number of refused values over every gradient of the table: one kernel, one value back to
 // the host. (A free function: CUDA allows no device lambda in a member of a private class.)
-std::int64_t count_refused(const Kokkos::View<GradientEntry*, MemorySpace>& e, std::int64_t chunks, bool squares) {
+std::int64_t count_refused(const ExecutionSpace& exec, const Kokkos::View<GradientEntry*, MemorySpace>& e,
+                           std::int64_t chunks, bool squares) {
   const auto limit_f = magnitude_bits(squares ? largest_squarable<float>() : std::numeric_limits<float>::max());
   const auto limit_d = magnitude_bits(squares ? largest_squarable<double>() : std::numeric_limits<double>::max());
   std::int64_t bad   = 0;
   if (std::is_same<ExecutionSpace::memory_space, Kokkos::HostSpace>::value) {
     // CPUs: a chunk per iteration, one vectorized pass.
     Kokkos::parallel_reduce(
-        "koptim::check_gradients", Kokkos::RangePolicy<ExecutionSpace>(0, chunks),
+        "koptim::check_gradients", Kokkos::RangePolicy<ExecutionSpace>(exec, 0, chunks),
         KOKKOS_LAMBDA(const std::int64_t c, std::int64_t& acc) {
           const GradientEntry& g   = chunk_entry(e, 0, static_cast<std::int64_t>(e.extent(0)), c);
           const std::int64_t begin = (c - g.first_chunk) * gradient_chunk;
@@ -168,7 +170,7 @@ std::int64_t count_refused(const Kokkos::View<GradientEntry*, MemorySpace>& e, s
     // GPUs: a team per chunk, consecutive threads on consecutive elements.
     using TeamPolicy = Kokkos::TeamPolicy<ExecutionSpace>;
     Kokkos::parallel_reduce(
-        "koptim::check_gradients", TeamPolicy(static_cast<int>(chunks), Kokkos::AUTO),
+        "koptim::check_gradients", TeamPolicy(exec, static_cast<int>(chunks), Kokkos::AUTO),
         KOKKOS_LAMBDA(const TeamPolicy::member_type& team, std::int64_t& acc) {
           const std::int64_t c     = team.league_rank();
           const GradientEntry& g   = chunk_entry(e, 0, static_cast<std::int64_t>(e.extent(0)), c);
@@ -202,24 +204,22 @@ struct Optimizer::GradientTable {
       h.push_back({p.grad.data, p.grad.size, chunks, p.grad.dtype == ScalarType::float64 ? 1 : 0});
       chunks += (p.grad.size + Impl::gradient_chunk - 1) / Impl::gradient_chunk;
     }
-    entries = Kokkos::View<Impl::GradientEntry*, MemorySpace>(
-        Kokkos::view_alloc(Kokkos::WithoutInitializing, "koptim::gradient_table"), h.size());
-    Kokkos::deep_copy(
-        entries, Kokkos::View<const Impl::GradientEntry*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
-                     h.data(), h.size()));
+    entries = Impl::device_table("koptim::gradient_table", h);
   }
 
-  std::int64_t refused(bool squares) const { return Impl::count_refused(entries, chunks, squares); }
+  std::int64_t refused(const ExecutionSpace& exec, bool squares) const {
+    return Impl::count_refused(exec, entries, chunks, squares);
+  }
 };
 
-bool Optimizer::check_gradients() {
+bool Optimizer::check_gradients(const ExecutionSpace& exec) {
   if (common_.nonfinite_gradient == NonFiniteGradient::unchecked) return true;
   // One kernel over all gradients; only when it refuses something, the per-parameter checks that
   // say which parameter, how many values and the first.
   if (!gradient_table_) gradient_table_ = std::make_shared<GradientTable>(params_);
-  if (gradient_table_->refused(refuse_squares_) == 0) return true;
+  if (gradient_table_->refused(exec, refuse_squares_) == 0) return true;
   for (const auto& p : params_.parameters()) {
-    const auto bad = Impl::check_gradient(p.grad, refuse_squares_);
+    const auto bad = Impl::check_gradient(p.grad, refuse_squares_, exec);
     if (bad.refused == 0) continue;
     status_.refused_values    = bad.refused;
     status_.refused_parameter = p.name;
@@ -244,7 +244,7 @@ bool Optimizer::check_gradients() {
   return true;
 }
 
-void Optimizer::step() {
+void Optimizer::step(const ExecutionSpace& exec) {
   Impl::ScopedRegion region("koptim::" + name_ + "::step");
   status_      = StepStatus();
   status_.step = step_;
@@ -253,7 +253,7 @@ void Optimizer::step() {
                 std::to_string(skipped_) + " skipped) is at its limit, max_step_count = 2^53 = " +
                 std::to_string(max_step_count) + "; nothing was updated");
   }
-  if (!check_gradients()) {
+  if (!check_gradients(exec)) {
     ++skipped_;
     status_.skipped = true;
     return;
@@ -261,7 +261,7 @@ void Optimizer::step() {
   const std::int64_t t = step_ + 1;
   std::vector<double> lrs(params_.groups().size());
   for (std::size_t g = 0; g < lrs.size(); ++g) lrs[g] = base_lr(static_cast<int>(g)) * common_.lr_schedule.factor(t);
-  update(t, lrs);
+  update(exec, t, lrs);
   if (status_.skipped) {
     ++skipped_;
     return;

@@ -13,11 +13,13 @@ namespace koptim {
 namespace {
 // One run's update (its parameters' pieces of one scalar type and one group).
 template <class T>
-void adagrad_update(const Impl::PieceTable<T>& table, std::int64_t chunks, double clr, double wd, double eps) {
+void adagrad_update(const ExecutionSpace& exec, const Impl::PieceTable<T>& table, std::int64_t chunks, double clr,
+                    double wd, double eps) {
   const T clr_ = static_cast<T>(clr), wd_ = static_cast<T>(wd), eps_ = static_cast<T>(eps);
   const bool decay = wd != 0.0;
   Impl::for_each_piece_element(
-      "koptim::AdaGrad::update", table, chunks, KOKKOS_LAMBDA(const Impl::PieceArrays<T>& p, const std::int64_t i) {
+      exec, "koptim::AdaGrad::update", table, chunks,
+      KOKKOS_LAMBDA(const Impl::PieceArrays<T>& p, const std::int64_t i) {
         T* const a = p.s[0];
         T d        = p.g[i];
         if (decay) d = Impl::add_scaled(d, wd_, p.w[i]);
@@ -36,10 +38,10 @@ AdaGrad::AdaGrad(ParameterSet params, CommonOptions common, AdaGradOptions optio
   Impl::check_option_ranges("AdaGrad", options_);
 }
 
-void AdaGrad::update_pieces(std::int64_t t, const std::vector<double>& lrs) {
+void AdaGrad::update_pieces(const ExecutionSpace& exec, std::int64_t t, const std::vector<double>& lrs) {
   for_each_run([&](const auto& run) {
     const double clr = lrs[run.group] / (1.0 + static_cast<double>(t - 1) * options_.lr_decay);
-    adagrad_update(run.table, run.chunks, clr, weight_decay(run.group), options_.eps);
+    adagrad_update(exec, run.table, run.chunks, clr, weight_decay(run.group), options_.eps);
   });
 }
 

@@ -19,10 +19,10 @@ std::vector<std::string> adam_slots(const AdamOptions& o) {
 }
 
 template <bool Shrink, bool L2, bool AmsGrad, class T>
-void adam_kernel(const Impl::PieceTable<T>& table, std::int64_t chunks, T neg_step_size, T bc2_sqrt, T decay_factor,
-                 T wd_, T one_minus_b1, T b2, T one_minus_b2, T eps) {
+void adam_kernel(const ExecutionSpace& exec, const Impl::PieceTable<T>& table, std::int64_t chunks, T neg_step_size,
+                 T bc2_sqrt, T decay_factor, T wd_, T one_minus_b1, T b2, T one_minus_b2, T eps) {
   Impl::for_each_piece_element(
-      "koptim::Adam::update", table, chunks, KOKKOS_LAMBDA(const Impl::PieceArrays<T>& p, const std::int64_t i) {
+      exec, "koptim::Adam::update", table, chunks, KOKKOS_LAMBDA(const Impl::PieceArrays<T>& p, const std::int64_t i) {
         T* const m = p.s[0];
         T* const v = p.s[1];
         T wi       = p.w[i];
@@ -44,8 +44,8 @@ void adam_kernel(const Impl::PieceTable<T>& table, std::int64_t chunks, T neg_st
 
 // One run's update (its parameters' pieces of one scalar type and one group).
 template <class T>
-void adam_update(const Impl::PieceTable<T>& table, std::int64_t chunks, std::int64_t t, double lr, double wd,
-                 bool decoupled, const AdamOptions& o) {
+void adam_update(const ExecutionSpace& exec, const Impl::PieceTable<T>& table, std::int64_t chunks, std::int64_t t,
+                 double lr, double wd, bool decoupled, const AdamOptions& o) {
   // Scalars in double, then rounded once to T, as torch computes them in Python.
   const double bc1      = 1.0 - std::pow(o.betas[0], static_cast<double>(t));
   const double bc2      = 1.0 - std::pow(o.betas[1], static_cast<double>(t));
@@ -56,7 +56,7 @@ void adam_update(const Impl::PieceTable<T>& table, std::int64_t chunks, std::int
   Impl::with_flags(
       [&](auto shrink, auto l2, auto amsgrad) {
         adam_kernel<decltype(shrink)::value, decltype(l2)::value, decltype(amsgrad)::value>(
-            table, chunks, neg_step_size, bc2_sqrt, decay_factor, wd_, one_minus_b1, b2, one_minus_b2, eps);
+            exec, table, chunks, neg_step_size, bc2_sqrt, decay_factor, wd_, one_minus_b1, b2, one_minus_b2, eps);
       },
       decoupled && wd != 0.0, !decoupled && wd != 0.0, o.amsgrad);
 }
@@ -71,9 +71,9 @@ Adam::Adam(ParameterSet params, CommonOptions common, AdamOptions options, bool 
   Impl::check_option_ranges(name(), options_);
 }
 
-void Adam::update_pieces(std::int64_t t, const std::vector<double>& lrs) {
+void Adam::update_pieces(const ExecutionSpace& exec, std::int64_t t, const std::vector<double>& lrs) {
   for_each_run([&](const auto& run) {
-    adam_update(run.table, run.chunks, t, lrs[run.group], weight_decay(run.group), decoupled_, options_);
+    adam_update(exec, run.table, run.chunks, t, lrs[run.group], weight_decay(run.group), decoupled_, options_);
   });
 }
 

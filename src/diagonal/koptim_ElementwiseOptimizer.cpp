@@ -122,12 +122,12 @@ std::size_t ElementwiseOptimizer::state_bytes() const {
   return n;
 }
 
-void ElementwiseOptimizer::update(std::int64_t t, const std::vector<double>& lrs) {
-  update_pieces(t, lrs);
+void ElementwiseOptimizer::update(const ExecutionSpace& exec, std::int64_t t, const std::vector<double>& lrs) {
+  update_pieces(exec, t, lrs);
   if (comm_) {
     ScopedRegion region("koptim::" + name() + "::all_gather_parameters");
-    sharing_->f32.share(parameters(), comm_.get());
-    sharing_->f64.share(parameters(), comm_.get());
+    sharing_->f32.share(exec, parameters(), comm_.get());
+    sharing_->f64.share(exec, parameters(), comm_.get());
   }
 }
 

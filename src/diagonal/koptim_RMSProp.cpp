@@ -20,10 +20,11 @@ std::vector<std::string> rmsprop_slots(const RMSPropOptions& o) {
 
 // The slots in the order of rmsprop_slots: square_avg, then momentum_buffer and grad_avg when kept.
 template <bool Decay, bool Centered, bool Momentum, class T>
-void rmsprop_kernel(const Impl::PieceTable<T>& table, std::int64_t chunks, T lr_, T wd_, T alpha, T one_minus_alpha,
-                    T eps, T mu) {
+void rmsprop_kernel(const ExecutionSpace& exec, const Impl::PieceTable<T>& table, std::int64_t chunks, T lr_, T wd_,
+                    T alpha, T one_minus_alpha, T eps, T mu) {
   Impl::for_each_piece_element(
-      "koptim::RMSProp::update", table, chunks, KOKKOS_LAMBDA(const Impl::PieceArrays<T>& p, const std::int64_t i) {
+      exec, "koptim::RMSProp::update", table, chunks,
+      KOKKOS_LAMBDA(const Impl::PieceArrays<T>& p, const std::int64_t i) {
         T* const a = p.s[0];
         T d        = p.g[i];
         if (Decay) d = Impl::add_scaled(d, wd_, p.w[i]);
@@ -51,14 +52,14 @@ void rmsprop_kernel(const Impl::PieceTable<T>& table, std::int64_t chunks, T lr_
 
 // One run's update (its parameters' pieces of one scalar type and one group).
 template <class T>
-void rmsprop_update(const Impl::PieceTable<T>& table, std::int64_t chunks, double lr, double wd,
-                    const RMSPropOptions& o) {
+void rmsprop_update(const ExecutionSpace& exec, const Impl::PieceTable<T>& table, std::int64_t chunks, double lr,
+                    double wd, const RMSPropOptions& o) {
   const T lr_ = static_cast<T>(lr), wd_ = static_cast<T>(wd), alpha = static_cast<T>(o.alpha),
           one_minus_alpha = static_cast<T>(1.0 - o.alpha), eps = static_cast<T>(o.eps), mu = static_cast<T>(o.momentum);
   Impl::with_flags(
       [&](auto decay, auto centered, auto momentum) {
         rmsprop_kernel<decltype(decay)::value, decltype(centered)::value, decltype(momentum)::value>(
-            table, chunks, lr_, wd_, alpha, one_minus_alpha, eps, mu);
+            exec, table, chunks, lr_, wd_, alpha, one_minus_alpha, eps, mu);
       },
       wd != 0.0, o.centered, o.momentum > 0.0);
 }
@@ -72,9 +73,9 @@ RMSProp::RMSProp(ParameterSet params, CommonOptions common, RMSPropOptions optio
   Impl::check_option_ranges("RMSProp", options_);
 }
 
-void RMSProp::update_pieces(std::int64_t, const std::vector<double>& lrs) {
+void RMSProp::update_pieces(const ExecutionSpace& exec, std::int64_t, const std::vector<double>& lrs) {
   for_each_run([&](const auto& run) {
-    rmsprop_update(run.table, run.chunks, lrs[run.group], weight_decay(run.group), options_);
+    rmsprop_update(exec, run.table, run.chunks, lrs[run.group], weight_decay(run.group), options_);
   });
 }
 

@@ -16,9 +16,10 @@ std::vector<std::string> sgd_slots(const SGDOptions& o) {
 }
 
 template <bool Decay, bool Momentum, bool Nesterov, bool First, class T>
-void sgd_kernel(const Impl::PieceTable<T>& table, std::int64_t chunks, T lr_, T wd_, T mu, T one_minus_d) {
+void sgd_kernel(const ExecutionSpace& exec, const Impl::PieceTable<T>& table, std::int64_t chunks, T lr_, T wd_, T mu,
+                T one_minus_d) {
   Impl::for_each_piece_element(
-      "koptim::SGD::update", table, chunks, KOKKOS_LAMBDA(const Impl::PieceArrays<T>& p, const std::int64_t i) {
+      exec, "koptim::SGD::update", table, chunks, KOKKOS_LAMBDA(const Impl::PieceArrays<T>& p, const std::int64_t i) {
         T d = p.g[i];
         if (Decay) d = Impl::add_scaled(d, wd_, p.w[i]);
         if (Momentum) {
@@ -33,14 +34,14 @@ void sgd_kernel(const Impl::PieceTable<T>& table, std::int64_t chunks, T lr_, T 
 
 // One run's update (its parameters' pieces of one scalar type and one group).
 template <class T>
-void sgd_update(const Impl::PieceTable<T>& table, std::int64_t chunks, bool first, double lr, double wd,
-                const SGDOptions& o) {
+void sgd_update(const ExecutionSpace& exec, const Impl::PieceTable<T>& table, std::int64_t chunks, bool first,
+                double lr, double wd, const SGDOptions& o) {
   const T lr_ = static_cast<T>(lr), wd_ = static_cast<T>(wd), mu = static_cast<T>(o.momentum),
           one_minus_d = static_cast<T>(1.0 - o.dampening);
   Impl::with_flags(
       [&](auto decay, auto momentum, auto nesterov, auto first_use) {
         sgd_kernel<decltype(decay)::value, decltype(momentum)::value, decltype(nesterov)::value,
-                   decltype(first_use)::value>(table, chunks, lr_, wd_, mu, one_minus_d);
+                   decltype(first_use)::value>(exec, table, chunks, lr_, wd_, mu, one_minus_d);
       },
       wd != 0.0, o.momentum != 0.0, o.nesterov, first);
 }
@@ -60,9 +61,9 @@ SGD::SGD(ParameterSet params, CommonOptions common, SGDOptions options, std::sha
   }
 }
 
-void SGD::update_pieces(std::int64_t t, const std::vector<double>& lrs) {
+void SGD::update_pieces(const ExecutionSpace& exec, std::int64_t t, const std::vector<double>& lrs) {
   for_each_run([&](const auto& run) {
-    sgd_update(run.table, run.chunks, t == 1, lrs[run.group], weight_decay(run.group), options_);
+    sgd_update(exec, run.table, run.chunks, t == 1, lrs[run.group], weight_decay(run.group), options_);
   });
 }
 

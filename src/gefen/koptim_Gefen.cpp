@@ -282,15 +282,6 @@ struct StepTable {
   Kokkos::View<double*, MemorySpace> row_sums;
 };
 
-// A new View in device memory holding `entries` (the step tables, the lookup's thresholds).
-template <class E>
-Kokkos::View<E*, MemorySpace> device_table(const std::string& label, const std::vector<E>& entries) {
-  Kokkos::View<E*, MemorySpace> table(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), entries.size());
-  Kokkos::deep_copy(table, Kokkos::View<const E*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
-                               entries.data(), entries.size()));
-  return table;
-}
-
 // The step table of the tensors of scalar type T for which mine(i) holds, from their state.
 template <class T, class Mine>
 StepTable<T> make_step_table(const ParameterSet& ps, std::vector<TensorState>& tensors, const Mine& mine) {
@@ -361,9 +352,9 @@ StepTable<T> make_step_table(const ParameterSet& ps, std::vector<TensorState>& t
     w.row_end     = row_count;
     w.col_end     = col_chunks;
   }
-  t.rows   = device_table("koptim::Gefen::factor_rows", rows);
-  t.cols   = device_table("koptim::Gefen::factor_columns", cols);
-  t.blocks = device_table("koptim::Gefen::step_table", entries);
+  t.rows   = Impl::device_table("koptim::Gefen::factor_rows", rows);
+  t.cols   = Impl::device_table("koptim::Gefen::factor_columns", cols);
+  t.blocks = Impl::device_table("koptim::Gefen::step_table", entries);
   return t;
 }
 
@@ -402,8 +393,8 @@ struct Gefen::State {
     Kokkos::deep_copy(lookup,
                       Kokkos::View<const std::uint32_t*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
                           L.words.data(), L.words.size()));
-    thresholds_float  = device_table("koptim::Gefen::thresholds_float", L.thresholds_float);
-    thresholds_double = device_table("koptim::Gefen::thresholds_double", L.thresholds_double);
+    thresholds_float  = Impl::device_table("koptim::Gefen::thresholds_float", L.thresholds_float);
+    thresholds_double = Impl::device_table("koptim::Gefen::thresholds_double", L.thresholds_double);
     initialised       = true;
   }
   std::size_t lookup_bytes() const {
@@ -702,7 +693,8 @@ KOKKOS_INLINE_FUNCTION void team_shared_block(const Member& team, const StepEntr
 // this step's gradient (a kernel over all their rows, one over all their runs of columns), then
 // the sum of each R (a kernel over the tensors; in row order on a CPU, whatever the threads).
 template <class T>
-void update_factors(const StepTable<T>& t, const typename StepTable<T>::Wave& wave, T b2, T one_minus_b2) {
+void update_factors(const ExecutionSpace& exec, const StepTable<T>& t, const typename StepTable<T>::Wave& wave, T b2,
+                    T one_minus_b2) {
   if (wave.factor_last == wave.factor_first) return;
   const auto rows          = t.rows;
   const auto cols          = t.cols;
@@ -714,7 +706,7 @@ void update_factors(const StepTable<T>& t, const typename StepTable<T>::Wave& wa
   };
   if constexpr (host_kernels) {
     Kokkos::parallel_for(
-        "koptim::Gefen::row_moments", Kokkos::RangePolicy<ExecutionSpace>(wave.row_begin, wave.row_end),
+        "koptim::Gefen::row_moments", Kokkos::RangePolicy<ExecutionSpace>(exec, wave.row_begin, wave.row_end),
         KOKKOS_LAMBDA(const std::int64_t q) {
           const FactorEntry<T> f = Impl::chunk_entry(rows, first, last, q);
           const std::int64_t r   = q - f.first_chunk;
@@ -722,7 +714,7 @@ void update_factors(const StepTable<T>& t, const typename StepTable<T>::Wave& wa
         });
   } else {
     Kokkos::parallel_for(
-        "koptim::Gefen::row_moments", TeamPolicy(static_cast<int>(wave.row_end - wave.row_begin), Kokkos::AUTO),
+        "koptim::Gefen::row_moments", TeamPolicy(exec, static_cast<int>(wave.row_end - wave.row_begin), Kokkos::AUTO),
         KOKKOS_LAMBDA(const Member& team) {
           const std::int64_t q    = row0 + team.league_rank();
           const FactorEntry<T>& f = Impl::chunk_entry(rows, first, last, q);
@@ -738,7 +730,7 @@ void update_factors(const StepTable<T>& t, const typename StepTable<T>::Wave& wa
   // One 64-byte run of columns per index, walked down the rows: a column per index would read
   // one element per cache line on CPUs. Each column still sums its rows in order.
   Kokkos::parallel_for(
-      "koptim::Gefen::col_moments", Kokkos::RangePolicy<ExecutionSpace>(wave.col_begin, wave.col_end),
+      "koptim::Gefen::col_moments", Kokkos::RangePolicy<ExecutionSpace>(exec, wave.col_begin, wave.col_end),
       KOKKOS_LAMBDA(const std::int64_t c) {
         const FactorEntry<T> f     = Impl::chunk_entry(cols, first, last, c);
         const std::int64_t j0      = (c - f.first_chunk) * factor_columns;
@@ -755,7 +747,7 @@ void update_factors(const StepTable<T>& t, const typename StepTable<T>::Wave& wa
       });
   if constexpr (host_kernels) {
     Kokkos::parallel_for(
-        "koptim::Gefen::row_sum", Kokkos::RangePolicy<ExecutionSpace>(first, last),
+        "koptim::Gefen::row_sum", Kokkos::RangePolicy<ExecutionSpace>(exec, first, last),
         KOKKOS_LAMBDA(const std::int64_t i) {
           const FactorEntry<T> f = rows(i);
           double acc             = 0.0;
@@ -764,7 +756,7 @@ void update_factors(const StepTable<T>& t, const typename StepTable<T>::Wave& wa
         });
   } else {
     Kokkos::parallel_for(
-        "koptim::Gefen::row_sum", TeamPolicy(static_cast<int>(last - first), Kokkos::AUTO),
+        "koptim::Gefen::row_sum", TeamPolicy(exec, static_cast<int>(last - first), Kokkos::AUTO),
         KOKKOS_LAMBDA(const Member& team) {
           const FactorEntry<T>& f = rows(first + team.league_rank());
           const double sum =
@@ -919,13 +911,15 @@ struct TeamBlocks {
 };
 
 template <class T>
-void step_wave(const StepTable<T>& t, const typename StepTable<T>::Wave& r, const Tables<T>& tb, const Scalars<T>& s) {
+void step_wave(const ExecutionSpace& exec, const StepTable<T>& t, const typename StepTable<T>::Wave& r,
+               const Tables<T>& tb, const Scalars<T>& s) {
   if (r.block_end <= r.block_begin) return;
   if constexpr (host_kernels)
-    Kokkos::parallel_for("koptim::Gefen::step", Kokkos::RangePolicy<ExecutionSpace>(r.block_begin, r.block_end),
+    Kokkos::parallel_for("koptim::Gefen::step", Kokkos::RangePolicy<ExecutionSpace>(exec, r.block_begin, r.block_end),
                          HostBlocks<T>{t.blocks, r.first, r.last, tb, s});
   else
-    Kokkos::parallel_for("koptim::Gefen::step", TeamPolicy(static_cast<int>(r.block_end - r.block_begin), Kokkos::AUTO),
+    Kokkos::parallel_for("koptim::Gefen::step",
+                         TeamPolicy(exec, static_cast<int>(r.block_end - r.block_begin), Kokkos::AUTO),
                          TeamBlocks<T>{t.blocks, r.first, r.last, r.block_begin, tb, s});
 }
 
@@ -1069,8 +1063,12 @@ std::string Gefen::summary() const {
   return s.str();
 }
 
-void Gefen::initialise() {
+void Gefen::initialise(const ExecutionSpace& exec) {
   Impl::ScopedRegion region("koptim::Gefen::initialise");
+  // The first step builds the state from the gradients on the host's side (the partition, the
+  // histogram, the codebook's dynamic programme): it waits for them, and its kernels and copies
+  // run on the default instance, finished before the step's own kernels on exec begin.
+  Impl::fence(exec, "koptim::Gefen::initialise: the first gradients");
   const auto& ps       = parameters();
   const std::size_t nt = ps.size();
   // Everything is built on the side and swapped in at the end: a throw changes nothing.
@@ -1155,11 +1153,12 @@ void Gefen::initialise() {
     fresh->set_codebook(cb, has_double_tensors(ps));
     fresh->build_step_tables(ps, [&](std::size_t i) { return mine(i); });
   });
+  ExecutionSpace().fence();
   state_ = std::move(fresh);
 }
 
-void Gefen::update(std::int64_t t, const std::vector<double>& lrs) {
-  if (!state_->initialised) initialise();
+void Gefen::update(const ExecutionSpace& exec, std::int64_t t, const std::vector<double>& lrs) {
+  if (!state_->initialised) initialise(exec);
   const auto& ps = parameters();
   State& st      = *state_;
   // One small collective per step, so that a rank whose update failed fails every rank instead of
@@ -1172,8 +1171,9 @@ void Gefen::update(std::int64_t t, const std::vector<double>& lrs) {
       const StepTable<T>& table = st.step_table<T>();
       const auto b2             = static_cast<T>(options_.betas[1]);
       for (const auto& wave : table.waves) {
-        update_factors(table, wave, b2, static_cast<T>(1.0 - options_.betas[1]));
-        step_wave(table, wave, st.tables<T>(), make_scalars<T>(options_, t, lrs[wave.group], weight_decay(wave.group)));
+        update_factors(exec, table, wave, b2, static_cast<T>(1.0 - options_.betas[1]));
+        step_wave(exec, table, wave, st.tables<T>(),
+                  make_scalars<T>(options_, t, lrs[wave.group], weight_decay(wave.group)));
       }
     };
     step_all(0.0f);
@@ -1181,8 +1181,8 @@ void Gefen::update(std::int64_t t, const std::vector<double>& lrs) {
   });
   if (comm_) {
     Impl::ScopedRegion region("koptim::Gefen::all_gather_parameters");
-    sharing_->f32.share(ps, comm_.get());
-    sharing_->f64.share(ps, comm_.get());
+    sharing_->f32.share(exec, ps, comm_.get());
+    sharing_->f64.share(exec, ps, comm_.get());
   }
 }
 

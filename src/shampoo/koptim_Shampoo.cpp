@@ -55,14 +55,14 @@ void fill_identity(const Bank<T>& X) {
 // (the others keep their previous eigenvectors): a team per matrix over its contiguous n^2
 // entries (no index arithmetic per entry).
 template <class X, class V, class Info>
-void take_eigenvectors(const X& x, const V& v, const Info& info) {
+void take_eigenvectors(const ExecutionSpace& exec, const X& x, const V& v, const Info& info) {
   using TeamPolicy      = Kokkos::TeamPolicy<ExecutionSpace>;
   const std::int64_t nn = static_cast<std::int64_t>(x.extent(1) * x.extent(2));
   using T               = typename X::value_type;
   T* const dst          = x.data();
   const T* const src    = v.data();
   Kokkos::parallel_for(
-      "koptim::Shampoo::take_eigenvectors", TeamPolicy(static_cast<int>(x.extent(0)), Kokkos::AUTO, Kokkos::AUTO),
+      "koptim::Shampoo::take_eigenvectors", TeamPolicy(exec, static_cast<int>(x.extent(0)), Kokkos::AUTO, Kokkos::AUTO),
       KOKKOS_LAMBDA(const TeamPolicy::member_type& team) {
         const std::int64_t a = team.league_rank();
         if (info(a) != 0) return;
@@ -151,9 +151,10 @@ struct BlockBody {
 // are [chunk_begin, chunk_end), as one kernel (Impl::for_each_table_chunk: a chunk of block_chunk
 // elements per CPU iteration or GPU team).
 template <bool Mapped, class T, class F>
-void for_each_block_element(const char* label, const BlockTable<T>& table, std::int64_t first, std::int64_t last,
-                            std::int64_t chunk_begin, std::int64_t chunk_end, const F& body) {
-  Impl::for_each_table_chunk(label, table, first, last, chunk_begin, chunk_end, block_chunk,
+void for_each_block_element(const ExecutionSpace& exec, const char* label, const BlockTable<T>& table,
+                            std::int64_t first, std::int64_t last, std::int64_t chunk_begin, std::int64_t chunk_end,
+                            const F& body) {
+  Impl::for_each_table_chunk(exec, label, table, first, last, chunk_begin, chunk_end, block_chunk,
                              BlockBody<Mapped, F>{body});
 }
 
@@ -198,11 +199,11 @@ struct SerialSums {
 };
 
 template <class T, class Body>
-void for_each_block_team(const char* label, const BlockTable<T>& table, const Body& body) {
+void for_each_block_team(const ExecutionSpace& exec, const char* label, const BlockTable<T>& table, const Body& body) {
   using TeamPolicy = Kokkos::TeamPolicy<ExecutionSpace>;
   if (table.extent(0) == 0) return;
   Kokkos::parallel_for(
-      label, TeamPolicy(static_cast<int>(table.extent(0)), Kokkos::AUTO),
+      label, TeamPolicy(exec, static_cast<int>(table.extent(0)), Kokkos::AUTO),
       KOKKOS_LAMBDA(const TeamPolicy::member_type& team) {
         const BlockPointers<T>& b = table(team.league_rank());
         body(TeamSums<TeamPolicy::member_type>{team, b.size}, b);
@@ -412,6 +413,9 @@ class ShampooBlocks {
   void exchange(const comm::Communicator* group);
   void write_back();
   std::size_t all_gather_bytes() const { return updates_.exchange_bytes(); }
+  // The instance of the step in progress: every phase above runs its kernels, copies and fences
+  // on it.
+  void set_instance(const ExecutionSpace& exec) { exec_ = exec; }
 
   void export_tensors(OptimizerState& s) const;
   // Throws StateError for a missing or mis-shaped entry; counts the entries it expects.
@@ -448,7 +452,8 @@ class ShampooBlocks {
   // entries only (group >= 0), one kernel per parameter group.
   template <bool Mapped, class F>
   void each_block_element(const char* label, const F& body) const {
-    for_each_block_element<Mapped>(label, table_, 0, static_cast<std::int64_t>(table_.extent(0)), 0, chunks_, body);
+    for_each_block_element<Mapped>(exec_, label, table_, 0, static_cast<std::int64_t>(table_.extent(0)), 0, chunks_,
+                                   body);
   }
   void build_tables();
   std::string key(const BlockState<T>& b) const { return ps_[b.param].name + "/block" + std::to_string(b.block); }
@@ -497,6 +502,7 @@ class ShampooBlocks {
   bool host_batch_            = false;  // host memory and every block within BLAS's int: host_batch runs blocks at once
   std::int64_t failures_kept_ = 0;
   std::int64_t qr_iterations_ = 0, qr_refreshes_ = 0;  // eigenbasis = qr (not checkpointed: diagnostics)
+  ExecutionSpace exec_;                                // set_instance()
   std::int64_t step_failures_ = 0, step_fallbacks_ = 0;
 };
 
@@ -649,12 +655,15 @@ std::string ShampooBlocks<T>::prepare(const std::vector<double>& wds, bool check
     });
   } else {
     for (const auto& r : groups_)
-      for_each_block_element<true>("koptim::Shampoo::gather", table_, r.first, r.last, r.chunk_begin, r.chunk_end,
-                                   gather(r.group));
-    for_each_block_team("koptim::Shampoo::gradient_norm", table_, norm);
+      for_each_block_element<true>(exec_, "koptim::Shampoo::gather", table_, r.first, r.last, r.chunk_begin,
+                                   r.chunk_end, gather(r.group));
+    for_each_block_team(exec_, "koptim::Shampoo::gradient_norm", table_, norm);
   }
   // The one wait of the gather: every block's |G|^2 to the host, for the trace rule below.
-  if (!blocks_.empty()) Kokkos::deep_copy(sumsq_host_, sumsq_);
+  if (!blocks_.empty()) {
+    Kokkos::deep_copy(exec_, sumsq_host_, sumsq_);
+    Impl::fence(exec_, "koptim::Shampoo::gather: every block's |G|^2 to the host");
+  }
   for (std::size_t bi = 0; bi < blocks_.size(); ++bi) {
     auto& b              = blocks_[bi];
     const Parameter& prm = ps_[b.param];
@@ -693,7 +702,7 @@ void ShampooBlocks<T>::factor_grams(std::size_t bi, bool serial) {
     if (serial)
       linalg::host_gram_of_unfolding<T>(b.g.data(), b.shape, j, factor_w, b2, L);
     else
-      linalg::gram_of_unfolding<T>(b.g.data(), b.shape, j, factor_w, b2, L);
+      linalg::gram_of_unfolding<T>(exec_, b.g.data(), b.shape, j, factor_w, b2, L);
   }
 }
 
@@ -754,7 +763,7 @@ void ShampooBlocks<T>::precondition(BlockState<T>& b, const Vec<T>& in, const Ve
     if (serial)
       std::copy(in.data(), in.data() + in.size(), out.data());
     else
-      Kokkos::deep_copy(out, in);
+      Kokkos::deep_copy(exec_, out, in);
     return;
   }
   // The bank slice is row-major X(i, k); seen column-major it is X^T.
@@ -768,7 +777,7 @@ void ShampooBlocks<T>::precondition(BlockState<T>& b, const Vec<T>& in, const Ve
     if (serial)
       linalg::host_mode_product<T>(src, b.shape, dims[i], X, trans, dst);
     else
-      linalg::mode_product<T>(src, b.shape, dims[i], X, trans, dst);
+      linalg::mode_product<T>(exec_, src, b.shape, dims[i], X, trans, dst);
     src = dst;
   }
 }
@@ -777,12 +786,12 @@ template <class T>
 template <class F>
 void ShampooBlocks<T>::host_batch(const F& f) {
   if (blocks_.empty()) return;
-  linalg::host_blas_fence("before a batch of blocks");  // kernels wrote the inputs
-  Kokkos::parallel_for(
-      "koptim::Shampoo::host_batch",
-      Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace, Kokkos::Schedule<Kokkos::Dynamic>>(0, blocks_.size()),
-      [&](const std::size_t bi) { f(bi); });
-  linalg::host_blas_fence("after a batch of blocks");  // before kernels read the results
+  linalg::host_blas_fence(exec_, "before a batch of blocks");  // kernels wrote the inputs
+  Kokkos::parallel_for("koptim::Shampoo::host_batch",
+                       Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace, Kokkos::Schedule<Kokkos::Dynamic>>(
+                           Impl::host_instance(exec_), 0, blocks_.size()),
+                       [&](const std::size_t bi) { f(bi); });
+  linalg::host_blas_fence(exec_, "after a batch of blocks");  // before kernels read the results
 }
 
 // Step 2 (docs/shampoo.md): inverse roots (or eigenvectors) of every factor, batched by size.
@@ -802,13 +811,13 @@ void ShampooBlocks<T>::amortized(std::int64_t t) {
     T* const lhat    = Lhat.data();
     const T sc       = static_cast<T>(scale);
     Kokkos::parallel_for(
-        "koptim::Shampoo::bias_correct", Kokkos::RangePolicy<ExecutionSpace>(0, m * n * n),
+        "koptim::Shampoo::bias_correct", Kokkos::RangePolicy<ExecutionSpace>(exec_, 0, m * n * n),
         KOKKOS_LAMBDA(const std::int64_t k) { lhat[k] = L[k] * sc; });
     std::vector<int> status(m, 0);  // 0 ok, 1 solver failure, 2 non-finite input, 3 non-finite output
     if (o_.eigenvalue_corrected) {
       // Eigenvectors of the factors (bias correction and eps do not change them).
-      const auto w    = ws.template matrix<T>("koptim::Shampoo::eigenvalues", m, n, true);
-      const auto info = ws.template vector<int>("koptim::Shampoo::eigh_info", m, true);
+      const auto w    = ws.template matrix<T>("koptim::Shampoo::eigenvalues", m, n, true, exec_);
+      const auto info = ws.template vector<int>("koptim::Shampoo::eigh_info", m, true, exec_);
       const bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible;
       // The QR refresh in Kokkos where LAPACK cannot (or should not: eigensolver = jacobi) run it.
       const bool team_qr = o_.eigenbasis == Eigenbasis::qr && (!host || o_.eigensolver == linalg::EighSolver::jacobi);
@@ -842,14 +851,16 @@ void ShampooBlocks<T>::amortized(std::int64_t t) {
         std::vector<int> qr_steps(m);
         const Kokkos::View<int*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> steps(qr_steps.data(), m);
         if (team_qr) {
-          linalg::batched_eigenbasis_qr_team(ExecutionSpace(), Lhat, s.X, info, iters, qo, Q, P, tau, d);
-          Kokkos::deep_copy(hi, info);
-          Kokkos::deep_copy(steps, iters);
+          linalg::batched_eigenbasis_qr_team(exec_, Lhat, s.X, info, iters, qo, Q, P, tau, d);
+          Kokkos::deep_copy(exec_, hi, info);
+          Kokkos::deep_copy(exec_, steps, iters);
+          Impl::fence(exec_, "koptim::Shampoo: the QR refresh's outcome to the host");
         } else {
+          Impl::fence(exec_, "koptim::Shampoo: the factors to LAPACK");
           auto Lh = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), Lhat);
           auto Xh = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), s.X);
-          linalg::batched_eigenbasis_qr(Lh, Xh, hi, steps, qo);
-          Kokkos::deep_copy(s.X, Xh);
+          linalg::batched_eigenbasis_qr(Impl::host_instance(exec_), Lh, Xh, hi, steps, qo);
+          Kokkos::deep_copy(exec_, s.X, Xh);
         }
         take_status(hi);
         for (const int k : qr_steps) qr_iterations_ += k;
@@ -858,20 +869,24 @@ void ShampooBlocks<T>::amortized(std::int64_t t) {
                  (o_.eigensolver == linalg::EighSolver::automatic && host)) {
         // LAPACK works on host memory: device factors go through host mirrors (a no-op copy-free
         // alias when the memory is already host-accessible).
+        Impl::fence(exec_, "koptim::Shampoo: the factors to LAPACK");
         auto Lh = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), Lhat);
         auto wh = Kokkos::create_mirror_view(Kokkos::HostSpace(), w);
         auto hi = Kokkos::create_mirror_view(Kokkos::HostSpace(), info);
-        linalg::batched_eigh_lapack(Lh, wh, hi);
-        Kokkos::deep_copy(Lhat, Lh);
-        Kokkos::deep_copy(info, hi);
+        linalg::batched_eigh_lapack(Impl::host_instance(exec_), Lh, wh, hi);
+        Kokkos::deep_copy(exec_, Lhat, Lh);
+        Kokkos::deep_copy(exec_, info, hi);
         take_status(hi);
-        take_eigenvectors(s.X, Lhat, info);
+        take_eigenvectors(exec_, s.X, Lhat, info);
       } else {
-        const auto V      = ws.template batch<T>("koptim::Shampoo::eigenvectors", m, n, n, true);
-        const auto sweeps = ws.template vector<int>("koptim::Shampoo::sweeps", m, true);
-        linalg::batched_eigh_jacobi(Lhat, w, V, info, sweeps);
-        take_status(Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), info));
-        take_eigenvectors(s.X, V, info);
+        const auto V      = ws.template batch<T>("koptim::Shampoo::eigenvectors", m, n, n, true, exec_);
+        const auto sweeps = ws.template vector<int>("koptim::Shampoo::sweeps", m, true, exec_);
+        linalg::batched_eigh_jacobi(exec_, Lhat, w, V, info, sweeps);
+        auto hi = Kokkos::create_mirror_view(Kokkos::HostSpace(), info);
+        Kokkos::deep_copy(exec_, hi, info);
+        Impl::fence(exec_, "koptim::Shampoo: the eigensolver's outcome to the host");
+        take_status(hi);
+        take_eigenvectors(exec_, s.X, V, info);
       }
     } else {
       std::vector<double> exponents(m);
@@ -883,7 +898,7 @@ void ShampooBlocks<T>::amortized(std::int64_t t) {
       ro.use_pseudo_inverse = o_.pseudo_inverse;
       ro.rank_rtol          = o_.rank_rtol;
       ro.rank_atol          = o_.rank_atol;
-      const auto infos      = linalg::batched_inverse_root(Lhat, s.X, exponents, ro, &ws);
+      const auto infos      = linalg::batched_inverse_root(exec_, Lhat, s.X, exponents, ro, &ws);
       for (std::int64_t a = 0; a < m; ++a) {
         if (infos[a].newton_fell_back) ++step_fallbacks_;
         switch (infos[a].status) {
@@ -1015,20 +1030,20 @@ void ShampooBlocks<T>::apply(std::int64_t t, const std::vector<double>& lrs, con
   } else if (shampoo) {
     for (auto& b : blocks_) precondition(b, b.mhat, b.p, b.g, false, false);
   }
-  if (shampoo && graft) for_each_block_team("koptim::Shampoo::graft_ratio", table_, ratio);
+  if (shampoo && graft) for_each_block_team(exec_, "koptim::Shampoo::graft_ratio", table_, ratio);
   for (const auto& r : groups_)
-    for_each_block_element<false>("koptim::Shampoo::update", table_, r.first, r.last, r.chunk_begin, r.chunk_end,
+    for_each_block_element<false>(exec_, "koptim::Shampoo::update", table_, r.first, r.last, r.chunk_begin, r.chunk_end,
                                   update_body(r.group, shampoo, lrs, base_lrs, wds));
 }
 
 template <class T>
 void ShampooBlocks<T>::exchange(const comm::Communicator* group) {
-  updates_.exchange(group);
+  updates_.exchange(exec_, group);
 }
 
 template <class T>
 void ShampooBlocks<T>::write_back() {
-  for_each_block_element<true>("koptim::Shampoo::write_back", placement_table_, 0,
+  for_each_block_element<true>(exec_, "koptim::Shampoo::write_back", placement_table_, 0,
                                static_cast<std::int64_t>(placement_table_.extent(0)), 0, placement_chunks_,
                                WriteBackBody<T>{});
 }
@@ -1335,7 +1350,9 @@ std::string Shampoo::describe_blocks() const {
   return s.str();
 }
 
-void Shampoo::update(std::int64_t t, const std::vector<double>& lrs) {
+void Shampoo::update(const ExecutionSpace& exec, std::int64_t t, const std::vector<double>& lrs) {
+  f32_->set_instance(exec);
+  f64_->set_instance(exec);
   const std::int64_t f = options_.precondition_frequency;
   const std::int64_t s = options_.start_preconditioning_step.value_or(f);
   std::vector<double> wds(lrs.size()), peaks(lrs.size());
@@ -1347,7 +1364,7 @@ void Shampoo::update(std::int64_t t, const std::vector<double>& lrs) {
   Kokkos::Timer timer;
   auto lap = [&](double& phase) {
     if (!time_phases_) return;
-    Kokkos::fence();
+    Impl::fence(exec, "koptim::Shampoo: phase timing");
     phase += timer.seconds();
     timer.reset();
   };

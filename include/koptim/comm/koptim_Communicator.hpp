@@ -52,19 +52,39 @@ class Communicator {
   // --- data plane: contiguous Views in koptim::MemorySpace -----------------------------------
   // Each call first agrees on its arguments across ranks (one all-reduce of three integers), so
   // a wrong extent or a count that differs between ranks throws ShapeError on every rank.
+  // Each takes the execution-space instance its data is ordered on (first argument; the default
+  // instance without one): the collective comes after the work queued on exec, and the work queued
+  // on exec after it sees its result. MPI waits for exec, then moves the data before it returns;
+  // NCCL with a CUDA Kokkos queues the collective on exec's stream and returns at once (read the
+  // result on the host only after exec.fence()).
   // In place, sum over ranks.
-  virtual void all_reduce_sum(const Kokkos::View<float*, MemorySpace>& data) const  = 0;
-  virtual void all_reduce_sum(const Kokkos::View<double*, MemorySpace>& data) const = 0;
+  virtual void all_reduce_sum(const ExecutionSpace& exec, const Kokkos::View<float*, MemorySpace>& data) const  = 0;
+  virtual void all_reduce_sum(const ExecutionSpace& exec, const Kokkos::View<double*, MemorySpace>& data) const = 0;
   // Every rank sends send.extent(0) elements (the same count on every rank); recv has
   // size() * count elements, rank r's block at r * count. send may be rank()'s block of recv
   // (in place); any other overlap is an error.
-  virtual void all_gather(const Kokkos::View<const float*, MemorySpace>& send,
+  virtual void all_gather(const ExecutionSpace& exec, const Kokkos::View<const float*, MemorySpace>& send,
                           const Kokkos::View<float*, MemorySpace>& recv) const  = 0;
-  virtual void all_gather(const Kokkos::View<const double*, MemorySpace>& send,
+  virtual void all_gather(const ExecutionSpace& exec, const Kokkos::View<const double*, MemorySpace>& send,
                           const Kokkos::View<double*, MemorySpace>& recv) const = 0;
   // bf16 payloads (see koptim_BF16.hpp).
-  virtual void all_gather(const Kokkos::View<const std::uint16_t*, MemorySpace>& send,
+  virtual void all_gather(const ExecutionSpace& exec, const Kokkos::View<const std::uint16_t*, MemorySpace>& send,
                           const Kokkos::View<std::uint16_t*, MemorySpace>& recv) const = 0;
+  // The same on the default instance.
+  void all_reduce_sum(const Kokkos::View<float*, MemorySpace>& data) const { all_reduce_sum(ExecutionSpace(), data); }
+  void all_reduce_sum(const Kokkos::View<double*, MemorySpace>& data) const { all_reduce_sum(ExecutionSpace(), data); }
+  void all_gather(const Kokkos::View<const float*, MemorySpace>& send,
+                  const Kokkos::View<float*, MemorySpace>& recv) const {
+    all_gather(ExecutionSpace(), send, recv);
+  }
+  void all_gather(const Kokkos::View<const double*, MemorySpace>& send,
+                  const Kokkos::View<double*, MemorySpace>& recv) const {
+    all_gather(ExecutionSpace(), send, recv);
+  }
+  void all_gather(const Kokkos::View<const std::uint16_t*, MemorySpace>& send,
+                  const Kokkos::View<std::uint16_t*, MemorySpace>& recv) const {
+    all_gather(ExecutionSpace(), send, recv);
+  }
 
   // --- host control plane (MPI on mpi_comm(), whatever the backend) --------------------------
   long long max(long long v) const;

@@ -33,8 +33,10 @@ class GradientAllReducer {
   GradientAllReducer(std::shared_ptr<Communicator> comm, const ParameterSet& params,
                      std::size_t bucket_bytes = 25 << 20);
 
-  // Sums every gradient over the ranks and divides it by size(), in the users' gradient Views.
-  void all_reduce_mean();
+  // Sums every gradient over the ranks and divides it by size(), in the users' gradient Views,
+  // on the instance exec: after the work queued on exec (the backward pass), before the work queued
+  // on it next (opt.step(exec)); fence exec before reading the gradients on the host.
+  void all_reduce_mean(const ExecutionSpace& exec = ExecutionSpace());
 
   // Buckets, counting a gradient reduced alone in place as a bucket of its own.
   std::size_t num_buckets() const { return buckets_.size(); }
@@ -57,7 +59,7 @@ class GradientAllReducer {
   };
   // Public only because CUDA does not allow device lambdas in private member functions.
   template <class T>
-  void reduce_bucket(const Bucket& b);
+  void reduce_bucket(const ExecutionSpace& exec, const Bucket& b);
 
  private:
   std::shared_ptr<Communicator> comm_;

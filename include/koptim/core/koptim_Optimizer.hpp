@@ -75,8 +75,12 @@ class Optimizer {
   // "SGD", "AdaGrad", "RMSProp", "Adam", "AdamW", ...
   const std::string& name() const { return name_; }
 
-  // One optimization step from the gradients currently in the registered gradient Views.
-  void step();
+  // One optimization step from the gradients currently in the registered gradient Views, on the
+  // execution-space instance exec (the default instance unless given): every kernel, copy and
+  // fence of the step is on exec, ordered after the work queued on it before (the gradients), and
+  // the work queued on it after sees the updated parameters. The step waits on exec only where a
+  // result must reach the host (docs/architecture.md, "What a step waits for").
+  void step(const ExecutionSpace& exec = ExecutionSpace());
 
   // Steps taken (skipped steps are not counted).
   std::int64_t step_count() const { return step_; }
@@ -131,9 +135,10 @@ class Optimizer {
  protected:
   Optimizer(std::string name, ParameterSet params, CommonOptions common);
 
-  // One step with the step counter already advanced to t; lrs[g] is group g's lr for this step.
-  virtual void update(std::int64_t t, const std::vector<double>& lrs) = 0;
-  virtual void export_tensors(OptimizerState& state) const            = 0;
+  // One step with the step counter already advanced to t, on exec; lrs[g] is group g's lr for
+  // this step.
+  virtual void update(const ExecutionSpace& exec, std::int64_t t, const std::vector<double>& lrs) = 0;
+  virtual void export_tensors(OptimizerState& state) const                                        = 0;
   // Throws StateError when the state does not fit; must not change anything.
   virtual void check_tensors(const OptimizerState& state) const = 0;
   virtual void import_tensors(const OptimizerState& state)      = 0;
@@ -147,7 +152,7 @@ class Optimizer {
 
  private:
   // False when a gradient is refused and the step is to be skipped; throws for "error".
-  bool check_gradients();
+  bool check_gradients(const ExecutionSpace& exec);
   // Every gradient's place, for the check that reads them all in one kernel (built at the first
   // checked step).
   struct GradientTable;
@@ -167,8 +172,9 @@ class Optimizer {
 
 namespace Impl {
 
-// Number of non-finite entries of a tensor and the flat index of the first (-1 if none).
-std::pair<std::int64_t, std::int64_t> count_nonfinite(const TensorRef& t);
+// Number of non-finite entries of a tensor and the flat index of the first (-1 if none), on exec.
+std::pair<std::int64_t, std::int64_t> count_nonfinite(const TensorRef& t,
+                                                      const ExecutionSpace& exec = ExecutionSpace());
 
 // The largest |g| whose square g * g is finite in T (about 1.8e19 for float, 1.3e154 for double).
 template <class T>
@@ -182,7 +188,7 @@ struct GradientCheck {
   std::int64_t first     = -1;   // flat index of the first refused entry
   double first_value     = 0.0;  // its value
 };
-GradientCheck check_gradient(const TensorRef& t, bool squares);
+GradientCheck check_gradient(const TensorRef& t, bool squares, const ExecutionSpace& exec = ExecutionSpace());
 
 // Throws StateError naming key and the first bad element when a float or double state tensor
 // holds a NaN or Inf, or (nonnegative) a negative value. Changes nothing.

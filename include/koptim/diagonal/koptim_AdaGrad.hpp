@@ -21,7 +21,7 @@ class AdaGrad : public Impl::ElementwiseOptimizer {
   const AdaGradOptions& options() const { return options_; }
 
  protected:
-  void update_pieces(std::int64_t t, const std::vector<double>& lrs) override;
+  void update_pieces(const ExecutionSpace& exec, std::int64_t t, const std::vector<double>& lrs) override;
 
  private:
   AdaGradOptions options_;

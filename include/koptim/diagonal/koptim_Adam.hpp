@@ -27,7 +27,7 @@ class Adam : public Impl::ElementwiseOptimizer {
   bool decoupled_weight_decay() const { return decoupled_; }
 
  protected:
-  void update_pieces(std::int64_t t, const std::vector<double>& lrs) override;
+  void update_pieces(const ExecutionSpace& exec, std::int64_t t, const std::vector<double>& lrs) override;
 
  private:
   AdamOptions options_;

@@ -62,16 +62,16 @@ class ElementwiseOptimizer : public Optimizer {
     for (const auto& r : runs_f64_) f(r);
   }
 
-  // The update of every piece (one kernel per run); the all-gather of the sharded parameters
-  // follows.
-  virtual void update_pieces(std::int64_t t, const std::vector<double>& lrs) = 0;
+  // The update of every piece (one kernel per run, on exec); the all-gather of the sharded
+  // parameters follows.
+  virtual void update_pieces(const ExecutionSpace& exec, std::int64_t t, const std::vector<double>& lrs) = 0;
 
   void export_tensors(OptimizerState& state) const override;
   void check_tensors(const OptimizerState& state) const override;
   void import_tensors(const OptimizerState& state) override;
 
  private:
-  void update(std::int64_t t, const std::vector<double>& lrs) final;
+  void update(const ExecutionSpace& exec, std::int64_t t, const std::vector<double>& lrs) final;
   std::string key(const Piece& pc, std::size_t slot) const;
 
   template <class T>

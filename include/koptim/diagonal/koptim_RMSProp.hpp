@@ -23,7 +23,7 @@ class RMSProp : public Impl::ElementwiseOptimizer {
   const RMSPropOptions& options() const { return options_; }
 
  protected:
-  void update_pieces(std::int64_t t, const std::vector<double>& lrs) override;
+  void update_pieces(const ExecutionSpace& exec, std::int64_t t, const std::vector<double>& lrs) override;
 
  private:
   RMSPropOptions options_;

@@ -23,7 +23,7 @@ class SGD : public Impl::ElementwiseOptimizer {
   const SGDOptions& options() const { return options_; }
 
  protected:
-  void update_pieces(std::int64_t t, const std::vector<double>& lrs) override;
+  void update_pieces(const ExecutionSpace& exec, std::int64_t t, const std::vector<double>& lrs) override;
 
  private:
   SGDOptions options_;

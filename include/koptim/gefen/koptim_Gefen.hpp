@@ -151,7 +151,7 @@ class Gefen : public Optimizer {
   std::shared_ptr<comm::Communicator> communicator() const override { return comm_; }
 
  protected:
-  void update(std::int64_t t, const std::vector<double>& lrs) override;
+  void update(const ExecutionSpace& exec, std::int64_t t, const std::vector<double>& lrs) override;
   // State keys: integer "initialised"; once initialised, tensor "codebook" (float32, 256),
   // integer "<name>/partition", tensors "<name>/indices" (uint8, the parameter's
   // shape), "<name>/absmax", and
@@ -165,7 +165,7 @@ class Gefen : public Optimizer {
 
  private:
   struct State;
-  void initialise();
+  void initialise(const ExecutionSpace& exec);
   bool mine(std::size_t i) const { return owner_[i] == rank_; }
 
   GefenOptions options_;

@@ -139,10 +139,11 @@ KOKKOS_INLINE_FUNCTION void apply_reflector(const R& r, const C& c, int a, int k
 // triangle, in A's own indexing, is read) and V (batch x n x n, V(b,i,k) entry i of vector k of
 // matrix b, replaced where info(b) = 0) in host-accessible memory; info(b) receives 0, LAPACK's
 // info, eigh_info_nonfinite_input (A held a NaN or Inf) or eigenbasis_info_nonfinite_result, and
-// iterations(b) the QR steps done. The matrices run concurrently on the host threads.
+// iterations(b) the QR steps done. The matrices run concurrently on the threads of the host
+// instance `host` (the default one unless given).
 template <class BatchView, class VectorsView, class InfoView, class IterationsView>
-void batched_eigenbasis_qr(const BatchView& A, const VectorsView& V, const InfoView& info,
-                           const IterationsView& iterations, const QrRefreshOptions& o = {}) {
+void batched_eigenbasis_qr(const Kokkos::DefaultHostExecutionSpace& host, const BatchView& A, const VectorsView& V,
+                           const InfoView& info, const IterationsView& iterations, const QrRefreshOptions& o = {}) {
   using T = typename VectorsView::non_const_value_type;
   static_assert(Kokkos::is_view<BatchView>::value && BatchView::rank == 3 && Kokkos::is_view<VectorsView>::value &&
                     VectorsView::rank == 3,
@@ -199,7 +200,13 @@ void batched_eigenbasis_qr(const BatchView& A, const VectorsView& V, const InfoV
     for (std::size_t k = 0; k < n; ++k)
       for (std::size_t i = 0; i < n; ++i) V(m, i, k) = v[i + k * n];
   };
-  Impl::lapack_batch(nb, solve);
+  Impl::lapack_batch(host, nb, solve);
+}
+
+template <class BatchView, class VectorsView, class InfoView, class IterationsView>
+void batched_eigenbasis_qr(const BatchView& A, const VectorsView& V, const InfoView& info,
+                           const IterationsView& iterations, const QrRefreshOptions& o = {}) {
+  batched_eigenbasis_qr(Kokkos::DefaultHostExecutionSpace(), A, V, info, iterations, o);
 }
 
 // The same refresh as one kernel, a team per matrix, in any memory space: A and V as above

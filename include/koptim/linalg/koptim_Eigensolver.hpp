@@ -189,16 +189,16 @@ int eigh_lapack(const MatrixView& A, const ValuesView& w) {
 }
 
 namespace Impl {
-// solve(b) for every matrix b of a batch of m: concurrently on the host execution space's threads
-// (one LAPACK call each, each with its own workspace; dynamic schedule), then a fence; a single
-// matrix is solved on the calling thread, left to a threaded LAPACK.
+// solve(b) for every matrix b of a batch of m: concurrently on the threads of the host instance
+// (one LAPACK call each, each with its own workspace; dynamic schedule), then a fence of it; a
+// single matrix is solved on the calling thread, left to a threaded LAPACK.
 template <class Index, class F>
-void lapack_batch(Index m, const F& solve) {
+void lapack_batch(const Kokkos::DefaultHostExecutionSpace& host, Index m, const F& solve) {
   if (m > 1) {
     Kokkos::parallel_for(
         "koptim::linalg::lapack_eigh_batch",
-        Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace, Kokkos::Schedule<Kokkos::Dynamic>>(0, m), solve);
-    Kokkos::DefaultHostExecutionSpace().fence();
+        Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace, Kokkos::Schedule<Kokkos::Dynamic>>(host, 0, m), solve);
+    host.fence();
   } else if (m == 1) {
     solve(0);
   }
@@ -206,9 +206,11 @@ void lapack_batch(Index m, const F& solve) {
 }  // namespace Impl
 
 // eigh_lapack on every matrix of a batch (rank 3, batch x n x n, host-accessible); w is
-// batch x n and info(b) receives matrix b's code.
+// batch x n and info(b) receives matrix b's code. The matrices run concurrently on the threads of
+// the host instance `host` (the default one unless given).
 template <class BatchView, class ValuesView, class InfoView>
-void batched_eigh_lapack(const BatchView& A, const ValuesView& w, const InfoView& info) {
+void batched_eigh_lapack(const Kokkos::DefaultHostExecutionSpace& host, const BatchView& A, const ValuesView& w,
+                         const InfoView& info) {
   static_assert(Kokkos::is_view<BatchView>::value && BatchView::rank == 3,
                 "batched_eigh_lapack: A must be a rank-3 View (batch x n x n)");
   static_assert(Kokkos::is_view<ValuesView>::value && ValuesView::rank == 2,
@@ -229,7 +231,12 @@ void batched_eigh_lapack(const BatchView& A, const ValuesView& w, const InfoView
     auto wb = Kokkos::subview(w, b, Kokkos::ALL());
     info(b) = eigh_lapack(Ab, wb);
   };
-  Impl::lapack_batch(nb, solve);
+  Impl::lapack_batch(host, nb, solve);
+}
+
+template <class BatchView, class ValuesView, class InfoView>
+void batched_eigh_lapack(const BatchView& A, const ValuesView& w, const InfoView& info) {
+  batched_eigh_lapack(Kokkos::DefaultHostExecutionSpace(), A, w, info);
 }
 
 namespace Impl {

@@ -7,9 +7,10 @@
 #ifndef KOPTIM_LINALG_GEMM_HPP
 #define KOPTIM_LINALG_GEMM_HPP
 
-#include <koptim/core/koptim_Tensor.hpp>
+#include <koptim/core/impl/koptim_Instance.hpp>
 
 #include <KokkosBlas3_gemm.hpp>
+#include <KokkosKernels_config.h>
 
 #include <algorithm>
 #include <climits>
@@ -34,6 +35,22 @@ struct ModeSplit {
 };
 
 namespace Impl {
+// Kokkos Kernels' GEMM, C <- alpha op(A) op(B) + beta C, on the instance space. Kokkos Kernels
+// takes the instance from 4.1 on; an older one runs GEMM on the default instance, after a fence
+// of space (the inputs ready) and before a fence of the default instance (the result ready for
+// space's next kernels).
+template <class ExecSpace, class AView, class BView, class CView>
+void gemm(const ExecSpace& space, const char ta[], const char tb[], typename AView::const_value_type alpha,
+          const AView& A, const BView& B, typename CView::const_value_type beta, const CView& C) {
+#if defined(KOKKOSKERNELS_VERSION) && KOKKOSKERNELS_VERSION >= 40100
+  KokkosBlas::gemm(space, ta, tb, alpha, A, B, beta, C);
+#else
+  space.fence();
+  KokkosBlas::gemm(ta, tb, alpha, A, B, beta, C);
+  ExecSpace().fence();
+#endif
+}
+
 // BLAS syrk on host memory, lower triangle of the column-major n x n C:
 // C <- alpha op(A) op(A)^T + beta C, op(A) = A (n x k, trans 'N') or A^T (A k x n, trans 'T').
 void blas_syrk_lower(char trans, int n, int k, float alpha, const float* a, int lda, float beta, float* c, int ldc);
@@ -73,16 +90,17 @@ void mirror_lower_tile(T* L, std::int64_t d, std::int64_t ti, std::int64_t tj) {
     for (std::int64_t i = ti * mirror_tile; i < std::min(i_end, j); ++i) L[i + j * d] = L[j + i * d];
 }
 
-// The tiles in parallel on the host execution space.
+// The tiles in parallel on the host execution space (exec's instance on a CPU build).
 template <class T>
-void mirror_lower(T* L, std::int64_t d) {
+void mirror_lower(const ExecutionSpace& exec, T* L, std::int64_t d) {
   const std::int64_t tiles = (d + mirror_tile - 1) / mirror_tile;
-  Kokkos::parallel_for("koptim::linalg::mirror_lower",
-                       Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, tiles * tiles),
-                       [=](const std::int64_t t) {
-                         const std::int64_t ti = t / tiles, tj = t % tiles;  // upper tiles only
-                         if (ti <= tj) mirror_lower_tile(L, d, ti, tj);
-                       });
+  Kokkos::parallel_for(
+      "koptim::linalg::mirror_lower",
+      Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(koptim::Impl::host_instance(exec), 0, tiles * tiles),
+      [=](const std::int64_t t) {
+        const std::int64_t ti = t / tiles, tj = t % tiles;  // upper tiles only
+        if (ti <= tj) mirror_lower_tile(L, d, ti, tj);
+      });
 }
 
 // The tiles on the calling thread alone (no kernel: the host-serial products below run inside a
@@ -94,65 +112,63 @@ void mirror_lower_serial(T* L, std::int64_t d) {
     for (std::int64_t ti = 0; ti <= tj; ++ti) mirror_lower_tile(L, d, ti, tj);
 }
 
-// Before a host BLAS call reads what kernels wrote, and after it, before kernels of another
-// space read its result: named, where Kokkos takes names (3.5 and later), so that a count of a
-// step's fences (unit_tests/tstSteadyStateAllocations.cpp) can tell these per-call fences of the
-// host path, which device memory does not need, from waits on the device.
-inline void host_blas_fence(const char* when) {
-#if KOKKOS_VERSION >= 30500
-  Kokkos::fence(std::string("koptim::linalg::host BLAS: ") + when);
-#else
-  (void)when;
-  Kokkos::fence();
-#endif
+// Before a host BLAS call reads what kernels on exec wrote, and after it, before kernels read its
+// result: named, so that a count of a step's fences (unit_tests/tstSteadyStateAllocations.cpp)
+// can tell these per-call fences of the host path, which device memory does not need, from waits
+// on the device.
+inline void host_blas_fence(const ExecutionSpace& exec, const char* when) {
+  koptim::Impl::fence(exec, std::string("koptim::linalg::host BLAS: ") + when);
 }
 
 // L <- beta L + alpha G_(j) G_(j)^T, with G a row-major tensor of the given shape (data in
 // device memory) and L a d_j x d_j symmetric matrix. In host memory through BLAS syrk (half the
 // flops of a GEMM: only the lower triangle, then mirrored); elsewhere through Kokkos Kernels
-// GEMM (Kokkos Kernels has no syrk).
+// GEMM (Kokkos Kernels has no syrk). On the instance exec.
 template <class T>
-void gram_of_unfolding(const T* G, const std::vector<std::int64_t>& shape, int j, T alpha, T beta, T* L) {
+void gram_of_unfolding(const ExecutionSpace& exec, const T* G, const std::vector<std::int64_t>& shape, int j, T alpha,
+                       T beta, T* L) {
   const ModeSplit s(shape, j);
   constexpr bool host  = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible;
   const std::int64_t k = s.post == 1 ? s.pre : s.post;
   if (host && s.dim <= INT_MAX && k <= INT_MAX) {
-    host_blas_fence("before syrk");  // G was written by kernels
+    host_blas_fence(exec, "before syrk");  // G was written by kernels
     Impl::gram_lower(G, s.pre, s.dim, s.post, alpha, beta, L);
-    mirror_lower(L, s.dim);
-    host_blas_fence("after syrk");  // before kernels of another space read L
+    mirror_lower(exec, L, s.dim);
+    host_blas_fence(exec, "after syrk");  // before kernels read L
     return;
   }
   ColMajor<T> Lm(L, s.dim, s.dim);
   if (s.post == 1) {
     ColMajor<T> Gt(const_cast<T*>(G), s.dim, s.pre);
-    KokkosBlas::gemm("N", "T", alpha, Gt, Gt, beta, Lm);
+    Impl::gemm(exec, "N", "T", alpha, Gt, Gt, beta, Lm);
     return;
   }
   for (std::int64_t p = 0; p < s.pre; ++p) {
     ColMajor<T> Sp(const_cast<T*>(G) + p * s.dim * s.post, s.post, s.dim);
-    KokkosBlas::gemm("T", "N", alpha, Sp, Sp, p == 0 ? beta : T(1), Lm);
+    Impl::gemm(exec, "T", "N", alpha, Sp, Sp, p == 0 ? beta : T(1), Lm);
   }
 }
 
 // Y = M x_j op(A): Y_(j) = op(A) M_(j), op(A) = A or A^T (trans = 'T'), A a d_j x d_j matrix in
-// column-major order, M and Y row-major tensors of the given shape (Y must not alias M).
+// column-major order, M and Y row-major tensors of the given shape (Y must not alias M). On the
+// instance exec.
 template <class T>
-void mode_product(const T* M, const std::vector<std::int64_t>& shape, int j, const T* A, char trans, T* Y) {
+void mode_product(const ExecutionSpace& exec, const T* M, const std::vector<std::int64_t>& shape, int j, const T* A,
+                  char trans, T* Y) {
   const ModeSplit s(shape, j);
   ColMajor<T> Am(const_cast<T*>(A), s.dim, s.dim);
   const char ta[2] = {trans, '\0'};
   if (s.post == 1) {
     // Yt (d x pre) = op(A) Mt.
     ColMajor<T> Mt(const_cast<T*>(M), s.dim, s.pre), Yt(Y, s.dim, s.pre);
-    KokkosBlas::gemm(ta, "N", T(1), Am, Mt, T(0), Yt);
+    Impl::gemm(exec, ta, "N", T(1), Am, Mt, T(0), Yt);
     return;
   }
   // Per slice: Y_p (d x post) = op(A) M_p, i.e. Yt_p (post x d) = Mt_p op(A)^T.
   const char tb[2] = {trans == 'T' ? 'N' : 'T', '\0'};
   for (std::int64_t p = 0; p < s.pre; ++p) {
     ColMajor<T> Mt(const_cast<T*>(M) + p * s.dim * s.post, s.post, s.dim), Yt(Y + p * s.dim * s.post, s.post, s.dim);
-    KokkosBlas::gemm("N", tb, T(1), Mt, Am, T(0), Yt);
+    Impl::gemm(exec, "N", tb, T(1), Mt, Am, T(0), Yt);
   }
 }
 

@@ -27,7 +27,7 @@
 #include <koptim/linalg/koptim_Eigensolver.hpp>
 #include <koptim/linalg/koptim_RootOptions.hpp>
 
-#include <KokkosBlas3_gemm.hpp>
+#include <koptim/linalg/koptim_Gemm.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -116,18 +116,21 @@ class RootWorkspace {
   template <class T>
   using Batch = Kokkos::View<T***, Kokkos::LayoutRight, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 
-  // zero: filled with 0, as a freshly allocated Kokkos View is.
-  template <class T>
-  Vector<T> vector(const std::string& label, std::size_t n, bool zero = false) {
-    return fill(Vector<T>(static_cast<T*>(storage<T>(label, n)), n), zero);
+  using execution_space = typename MemorySpace::execution_space;
+  // zero: filled with 0 (as a freshly allocated Kokkos View is) on the instance space.
+  template <class T, class Space = execution_space>
+  Vector<T> vector(const std::string& label, std::size_t n, bool zero = false, const Space& space = Space()) {
+    return fill(Vector<T>(static_cast<T*>(storage<T>(label, n)), n), zero, space);
   }
-  template <class T, class Layout = Kokkos::LayoutRight>
-  Matrix<T, Layout> matrix(const std::string& label, std::size_t m, std::size_t n, bool zero = false) {
-    return fill(Matrix<T, Layout>(static_cast<T*>(storage<T>(label, m * n)), m, n), zero);
+  template <class T, class Layout = Kokkos::LayoutRight, class Space = execution_space>
+  Matrix<T, Layout> matrix(const std::string& label, std::size_t m, std::size_t n, bool zero = false,
+                           const Space& space = Space()) {
+    return fill(Matrix<T, Layout>(static_cast<T*>(storage<T>(label, m * n)), m, n), zero, space);
   }
-  template <class T>
-  Batch<T> batch(const std::string& label, std::size_t m, std::size_t n, std::size_t k, bool zero = false) {
-    return fill(Batch<T>(static_cast<T*>(storage<T>(label, m * n * k)), m, n, k), zero);
+  template <class T, class Space = execution_space>
+  Batch<T> batch(const std::string& label, std::size_t m, std::size_t n, std::size_t k, bool zero = false,
+                 const Space& space = Space()) {
+    return fill(Batch<T>(static_cast<T*>(storage<T>(label, m * n * k)), m, n, k), zero, space);
   }
   // Bytes held.
   std::size_t bytes() const {
@@ -137,9 +140,9 @@ class RootWorkspace {
   }
 
  private:
-  template <class View>
-  static View fill(const View& v, bool zero) {
-    if (zero && v.size() > 0) Kokkos::deep_copy(v, typename View::non_const_value_type(0));
+  template <class View, class Space>
+  static View fill(const View& v, bool zero, const Space& space) {
+    if (zero && v.size() > 0) Kokkos::deep_copy(space, v, typename View::non_const_value_type(0));
     return v;
   }
   template <class T>
@@ -166,24 +169,29 @@ using Batch = Kokkos::View<T***, Kokkos::LayoutRight, MemorySpace>;
 template <class T, class MemorySpace>
 using Batch2 = Kokkos::View<T**, Kokkos::LayoutRight, MemorySpace>;
 
-// v in a workspace vector of the memory space (copied from host without a host mirror).
-template <class MemorySpace>
-typename RootWorkspace<MemorySpace>::template Vector<int> to_device(RootWorkspace<MemorySpace>& ws,
+// v in a workspace vector of the memory space (copied from host without a host mirror), on the
+// instance space (v must live until space has run the copy: the caller's vectors outlive the call).
+template <class ExecSpace, class MemorySpace>
+typename RootWorkspace<MemorySpace>::template Vector<int> to_device(const ExecSpace& space,
+                                                                    RootWorkspace<MemorySpace>& ws,
                                                                     const std::vector<int>& v,
                                                                     const std::string& label) {
   auto d = ws.template vector<int>(label, v.size());
   Kokkos::deep_copy(
-      d, Kokkos::View<const int*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(v.data(), v.size()));
+      space, d,
+      Kokkos::View<const int*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(v.data(), v.size()));
   return d;
 }
 
-// A rank-1 View of integers to the host, without a host mirror.
-template <class ViewType>
-std::vector<int> to_host_vector(const ViewType& d) {
+// A rank-1 View of integers to the host, without a host mirror: a copy on space, then a fence of
+// it (the host reads the values next).
+template <class ExecSpace, class ViewType>
+std::vector<int> to_host_vector(const ExecSpace& space, const ViewType& d) {
   using V = typename ViewType::non_const_value_type;
   std::vector<V> h(d.extent(0));
-  Kokkos::deep_copy(Kokkos::View<V*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(h.data(), h.size()),
-                    d);
+  Kokkos::deep_copy(
+      space, Kokkos::View<V*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(h.data(), h.size()), d);
+  space.fence();
   return std::vector<int>(h.begin(), h.end());
 }
 
@@ -228,7 +236,7 @@ typename RootWorkspace<typename LView::memory_space>::template Vector<int> class
   enum : int { has_nonfinite = 1, has_offdiagonal = 2 };
   const int nb   = static_cast<int>(L.extent(0));
   const int n    = static_cast<int>(L.extent(1));
-  const auto cls = ws.template vector<int>("koptim::linalg::classify", nb, true);
+  const auto cls = ws.template vector<int>("koptim::linalg::classify", nb, true, space);
   Kokkos::parallel_for(
       "koptim::linalg::classify_factors", Policy(space, nb, Kokkos::AUTO, Kokkos::AUTO),
       KOKKOS_LAMBDA(const Member& team) {
@@ -320,9 +328,9 @@ std::vector<int> diagonal_roots(const ExecSpace& space, RootWorkspace<typename L
   using Member  = typename Policy::member_type;
   const int m   = static_cast<int>(which.size());
   const int n   = static_cast<int>(L.extent(1));
-  auto idx      = to_device<Mem>(ws, which, "koptim::linalg::diag_idx");
+  auto idx      = to_device(space, ws, which, "koptim::linalg::diag_idx");
   const auto d  = ws.template matrix<T>("koptim::linalg::diag_weights", m, n);
-  const auto ok = ws.template vector<int>("koptim::linalg::diag_ok", m, true);
+  const auto ok = ws.template vector<int>("koptim::linalg::diag_ok", m, true, space);
   const T eps = static_cast<T>(rs.eps), rtol = static_cast<T>(rs.rtol), atol = static_cast<T>(rs.atol);
   const bool pinv = rs.pinv;
   Kokkos::parallel_for(
@@ -363,14 +371,14 @@ std::vector<int> diagonal_roots(const ExecSpace& space, RootWorkspace<typename L
       KOKKOS_LAMBDA(const int g, const int i, const int j) {
         if (ok(g) != 0) X(idx(g), i, j) = i == j ? d(g, i) : T(0);
       });
-  return to_host_vector(ok);
+  return to_host_vector(space, ok);
 }
 
 template <class ExecSpace, class XView>
 void identity_roots(const ExecSpace& space, RootWorkspace<typename XView::memory_space>& ws, const XView& X,
                     const std::vector<int>& which) {
   using T     = typename XView::non_const_value_type;
-  auto idx    = to_device<typename XView::memory_space>(ws, which, "koptim::linalg::identity_idx");
+  auto idx    = to_device(space, ws, which, "koptim::linalg::identity_idx");
   const int m = static_cast<int>(which.size());
   const int n = static_cast<int>(X.extent(1));
   Kokkos::parallel_for(
@@ -398,7 +406,7 @@ EigenOutcome eigen_roots(const ExecSpace& space, RootWorkspace<typename LView::m
   const int n  = static_cast<int>(L.extent(1));
   EigenOutcome out;
   using WorkBatch = typename RootWorkspace<Mem>::template Batch<Tw>;
-  auto idx        = to_device<Mem>(ws, which, "koptim::linalg::eigen_idx");
+  auto idx        = to_device(space, ws, which, "koptim::linalg::eigen_idx");
 
   const WorkBatch W = ws.template batch<Tw>("koptim::linalg::eigen_work", m, n, n);
   const auto E      = ws.template matrix<Tw>("koptim::linalg::eigenvalues", m, n);
@@ -416,13 +424,14 @@ EigenOutcome eigen_roots(const ExecSpace& space, RootWorkspace<typename LView::m
       });
 
   WorkBatch Q;
-  const auto info = ws.template vector<int>("koptim::linalg::eigen_info", m, true);
+  const auto info = ws.template vector<int>("koptim::linalg::eigen_info", m, true, space);
   if (use_lapack) {
     // Host-accessible memory is used in place; device memory goes through host mirrors.
     auto Wh = Kokkos::create_mirror_view(W);
     auto Eh = Kokkos::create_mirror_view(E);
     auto Ih = Kokkos::create_mirror_view(info);
-    Kokkos::deep_copy(Wh, W);
+    Kokkos::deep_copy(space, Wh, W);
+    space.fence();  // LAPACK reads Wh on the host
     // Each matrix goes to LAPACK as the column-major matrix its memory also holds (the same
     // matrix, being symmetric), so that the eigenvectors come back as columns of that storage,
     // i.e. as rows of W, and need no transposition (a strided pass over n^2 entries). The
@@ -437,26 +446,26 @@ EigenOutcome eigen_roots(const ExecSpace& space, RootWorkspace<typename LView::m
       else
         Ih(g) = n == 0 ? 0 : lapack_syevd(n, &Wh(g, 0, 0), n, &Eh(g, 0));
     };
-    Impl::lapack_batch(m, solve);
-    Kokkos::deep_copy(W, Wh);
-    Kokkos::deep_copy(E, Eh);
-    Kokkos::deep_copy(info, Ih);
+    Impl::lapack_batch(koptim::Impl::host_instance(space), m, solve);
+    Kokkos::deep_copy(space, W, Wh);
+    Kokkos::deep_copy(space, E, Eh);
+    Kokkos::deep_copy(space, info, Ih);
     Q = W;
     out.sweeps.assign(m, 0);
   } else {
     Q             = ws.template batch<Tw>("koptim::linalg::eigenvectors", m, n, n);
-    const auto sw = ws.template vector<int>("koptim::linalg::jacobi_sweeps", m, true);
+    const auto sw = ws.template vector<int>("koptim::linalg::jacobi_sweeps", m, true, space);
     batched_eigh_jacobi(space, W, E, Q, info, sw, jopt);
-    out.sweeps = to_host_vector(sw);
+    out.sweeps = to_host_vector(space, sw);
   }
-  out.info = to_host_vector(info);
+  out.info = to_host_vector(space, info);
 
   // LAPACK leaves eigenvector k in row k of Q, Jacobi in column k.
   const bool vectors_in_rows = use_lapack;
 
   // Weights lambda^-a, then B = Q diag(weights) and X = B Q^T (vectors in columns), or
   // B = diag(weights) Q and X = Q^T B (vectors in rows).
-  const auto ok = ws.template vector<int>("koptim::linalg::eigen_ok", m, true);
+  const auto ok = ws.template vector<int>("koptim::linalg::eigen_ok", m, true, space);
   const auto D  = ws.template matrix<Tw>("koptim::linalg::weights", m, n);
   const Tw rtol = static_cast<Tw>(rs.rtol), atol = static_cast<Tw>(rs.atol);
   const bool pinv = rs.pinv;
@@ -494,7 +503,7 @@ EigenOutcome eigen_roots(const ExecSpace& space, RootWorkspace<typename LView::m
           }
         });
       });
-  auto okh = to_host_vector(ok);
+  auto okh = to_host_vector(space, ok);
   // One GEMM per matrix. Jacobi leaves W free (Q is separate), so it takes the products.
   const WorkBatch P = use_lapack ? ws.template batch<Tw>("koptim::linalg::root_products", m, n, n) : W;
   for (int g = 0; g < m; ++g) {
@@ -503,12 +512,12 @@ EigenOutcome eigen_roots(const ExecSpace& space, RootWorkspace<typename LView::m
     auto Qg = Kokkos::subview(Q, g, Kokkos::ALL(), Kokkos::ALL());
     auto Pg = Kokkos::subview(P, g, Kokkos::ALL(), Kokkos::ALL());
     if (vectors_in_rows)
-      KokkosBlas::gemm("T", "N", Tw(1), Qg, Bg, Tw(0), Pg);
+      Impl::gemm(space, "T", "N", Tw(1), Qg, Bg, Tw(0), Pg);
     else
-      KokkosBlas::gemm("N", "T", Tw(1), Bg, Qg, Tw(0), Pg);
+      Impl::gemm(space, "N", "T", Tw(1), Bg, Qg, Tw(0), Pg);
   }
   write_finite_roots(space, X, P, idx, ok);
-  out.ok = to_host_vector(ok);
+  out.ok = to_host_vector(space, ok);
   return out;
 }
 
@@ -557,7 +566,7 @@ RootInfo newton_root(const ExecSpace& space, RootWorkspace<typename LView::memor
   using T     = typename XView::non_const_value_type;
   const int n = static_cast<int>(L.extent(1));
   RootInfo res;
-  auto matrix = [&](const char* label) { return ws.template matrix<T, Kokkos::LayoutLeft>(label, n, n, true); };
+  auto matrix = [&](const char* label) { return ws.template matrix<T, Kokkos::LayoutLeft>(label, n, n, true, space); };
   // Swapped during the iteration: not const.
   auto A = matrix("koptim::linalg::newton_A"), Y = matrix("koptim::linalg::newton_X"),
        M  = matrix("koptim::linalg::newton_M");
@@ -611,26 +620,26 @@ RootInfo newton_root(const ExecSpace& space, RootWorkspace<typename LView::memor
           Mp(i, j) = (i == j ? one_p1 : T(0)) - inv_p * M(i, j);
         });
     // Results go to the spare buffer T1, which then swaps places with the old operand.
-    KokkosBlas::gemm("N", "N", T(1), Y, Mp, T(0), T1);
+    Impl::gemm(space, "N", "N", T(1), Y, Mp, T(0), T1);
     std::swap(Y, T1);
     // M_p^p by repeated squaring: Pw accumulates the product while Mp is squared.
     bool have = false;
     for (int e = p; e > 0; e >>= 1) {
       if (e & 1) {
         if (have) {
-          KokkosBlas::gemm("N", "N", T(1), Pw, Mp, T(0), T1);
+          Impl::gemm(space, "N", "N", T(1), Pw, Mp, T(0), T1);
           std::swap(Pw, T1);
         } else {
-          Kokkos::deep_copy(Pw, Mp);
+          Kokkos::deep_copy(space, Pw, Mp);
           have = true;
         }
       }
       if (e > 1) {
-        KokkosBlas::gemm("N", "N", T(1), Mp, Mp, T(0), T1);
+        Impl::gemm(space, "N", "N", T(1), Mp, Mp, T(0), T1);
         std::swap(Mp, T1);
       }
     }
-    KokkosBlas::gemm("N", "N", T(1), Pw, M, T(0), T1);
+    Impl::gemm(space, "N", "N", T(1), Pw, M, T(0), T1);
     std::swap(M, T1);
     err = newton_residual(space, M);
   }
@@ -673,13 +682,16 @@ inline int newton_root_index(double a) {
 // L and X are rank-3 Views (batch x n x n) of the same scalar type (float or double) in one
 // memory space; L is not modified, X(b) is written only when result b is success.
 // workspace: buffers kept for the next call with the same batch (null: allocated for this call).
-template <class LView, class XView>
-std::vector<RootInfo> batched_inverse_root(const LView& L, const XView& X, const std::vector<double>& exponents,
-                                           const InverseRootOptions& options                      = {},
+// Every kernel and copy runs on the instance space, which the call fences before it returns (the
+// results, one per matrix, are the host's). Without an instance: the default one.
+template <class ExecSpace, class LView, class XView>
+std::vector<RootInfo> batched_inverse_root(const ExecSpace& space, const LView& L, const XView& X,
+                                           const std::vector<double>& exponents, const InverseRootOptions& options = {},
                                            RootWorkspace<typename LView::memory_space>* workspace = nullptr) {
-  using T         = typename XView::non_const_value_type;
-  using Mem       = typename LView::memory_space;
-  using ExecSpace = typename LView::execution_space;
+  static_assert(Kokkos::is_execution_space<ExecSpace>::value,
+                "batched_inverse_root: the first argument must be an execution space instance");
+  using T   = typename XView::non_const_value_type;
+  using Mem = typename LView::memory_space;
   static_assert(Kokkos::is_view<LView>::value && LView::rank == 3,
                 "batched_inverse_root: L must be a rank-3 View (batch x n x n)");
   static_assert(Kokkos::is_view<XView>::value && XView::rank == 3,
@@ -749,14 +761,14 @@ std::vector<RootInfo> batched_inverse_root(const LView& L, const XView& X, const
   std::vector<RootInfo> results(nb);
   if (nb == 0) return results;
   koptim::Impl::ScopedRegion region(who);
-  ExecSpace space;
 
   RootWorkspace<Mem> local;
   RootWorkspace<Mem>& ws = workspace != nullptr ? *workspace : local;
   const auto a           = ws.template vector<double>("koptim::linalg::exponents", nb);
   Kokkos::deep_copy(
-      a, Kokkos::View<const double*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(exponents.data(), nb));
-  const auto cls = Impl::to_host_vector(Impl::classify(space, ws, L, a, options.skip_diagonal));
+      space, a,
+      Kokkos::View<const double*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(exponents.data(), nb));
+  const auto cls = Impl::to_host_vector(space, Impl::classify(space, ws, L, a, options.skip_diagonal));
   std::vector<int> identity, diagonal, general;
   for (std::size_t b = 0; b < nb; ++b) {
     switch (cls[b]) {
@@ -828,6 +840,13 @@ std::vector<RootInfo> batched_inverse_root(const LView& L, const XView& X, const
   }
   space.fence();
   return results;
+}
+
+template <class LView, class XView>
+std::vector<RootInfo> batched_inverse_root(const LView& L, const XView& X, const std::vector<double>& exponents,
+                                           const InverseRootOptions& options                      = {},
+                                           RootWorkspace<typename LView::memory_space>* workspace = nullptr) {
+  return batched_inverse_root(typename LView::execution_space(), L, X, exponents, options, workspace);
 }
 
 template <class LView, class XView>

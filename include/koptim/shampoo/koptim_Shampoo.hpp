@@ -155,7 +155,7 @@ class Shampoo : public Optimizer {
   std::shared_ptr<comm::Communicator> communicator() const override { return comm_; }
 
  protected:
-  void update(std::int64_t t, const std::vector<double>& lrs) override;
+  void update(const ExecutionSpace& exec, std::int64_t t, const std::vector<double>& lrs) override;
   void export_tensors(OptimizerState& state) const override;
   void check_tensors(const OptimizerState& state) const override;
   void import_tensors(const OptimizerState& state) override;

@@ -1,12 +1,14 @@
 // The data plane every communicator backend shares: each typed virtual checks its arguments the
 // same way (contiguous Views, recv's size, send either separate from recv or exactly rank()'s
-// block of it, plus the backend's own count limit), agrees on them with the other ranks, fences
-// the kernels that produced the data, and only then hands the call to the backend's templates
-// reduce<T>(data) and gather<T>(send, recv).
+// block of it, plus the backend's own count limit), agrees on them with the other ranks, and only
+// then hands the call to the backend's templates reduce<T>(exec, data) and
+// gather<T>(exec, send, recv), which order it after the kernels on exec that produced the data
+// (MPI: a fence of exec; NCCL: exec's stream).
 #ifndef KOPTIM_COMM_IMPL_TYPEDCOMMUNICATOR_HPP
 #define KOPTIM_COMM_IMPL_TYPEDCOMMUNICATOR_HPP
 
 #include <koptim/comm/koptim_Communicator.hpp>
+#include <koptim/core/impl/koptim_Instance.hpp>
 #include <koptim/core/impl/koptim_Profiling.hpp>
 
 #include <cstddef>
@@ -32,37 +34,41 @@ class TypedCommunicator : public comm::Communicator {
   }
 
  public:
-  void all_reduce_sum(const Kokkos::View<float*, MemorySpace>& data) const override { checked_reduce(data); }
-  void all_reduce_sum(const Kokkos::View<double*, MemorySpace>& data) const override { checked_reduce(data); }
-  void all_gather(const Kokkos::View<const float*, MemorySpace>& send,
+  using comm::Communicator::all_gather;
+  using comm::Communicator::all_reduce_sum;
+  void all_reduce_sum(const ExecutionSpace& exec, const Kokkos::View<float*, MemorySpace>& data) const override {
+    checked_reduce(exec, data);
+  }
+  void all_reduce_sum(const ExecutionSpace& exec, const Kokkos::View<double*, MemorySpace>& data) const override {
+    checked_reduce(exec, data);
+  }
+  void all_gather(const ExecutionSpace& exec, const Kokkos::View<const float*, MemorySpace>& send,
                   const Kokkos::View<float*, MemorySpace>& recv) const override {
-    checked_gather(send, recv);
+    checked_gather(exec, send, recv);
   }
-  void all_gather(const Kokkos::View<const double*, MemorySpace>& send,
+  void all_gather(const ExecutionSpace& exec, const Kokkos::View<const double*, MemorySpace>& send,
                   const Kokkos::View<double*, MemorySpace>& recv) const override {
-    checked_gather(send, recv);
+    checked_gather(exec, send, recv);
   }
-  void all_gather(const Kokkos::View<const std::uint16_t*, MemorySpace>& send,
+  void all_gather(const ExecutionSpace& exec, const Kokkos::View<const std::uint16_t*, MemorySpace>& send,
                   const Kokkos::View<std::uint16_t*, MemorySpace>& recv) const override {
-    checked_gather(send, recv);
+    checked_gather(exec, send, recv);
   }
 
  private:
   const Backend& self() const { return static_cast<const Backend&>(*this); }
 
   template <class T>
-  void checked_reduce(const Kokkos::View<T*, MemorySpace>& data) const {
+  void checked_reduce(const ExecutionSpace& exec, const Kokkos::View<T*, MemorySpace>& data) const {
     Impl::ScopedRegion region("koptim::comm::Communicator::all_reduce_sum");
     agree_on_arguments("all_reduce_sum", static_cast<long long>(data.extent(0)),
                        contiguity_error("all_reduce_sum", "data", data));
     if (data.extent(0) == 0) return;
-    // The kernels that produced data (on any Kokkos instance) may still be running.
-    ExecutionSpace().fence();
-    self().reduce(data);
+    self().reduce(exec, data);
   }
 
   template <class T>
-  void checked_gather(const Kokkos::View<const T*, MemorySpace>& send,
+  void checked_gather(const ExecutionSpace& exec, const Kokkos::View<const T*, MemorySpace>& send,
                       const Kokkos::View<T*, MemorySpace>& recv) const {
     Impl::ScopedRegion region("koptim::comm::Communicator::all_gather");
     const std::size_t count = send.extent(0);
@@ -85,8 +91,7 @@ class TypedCommunicator : public comm::Communicator {
     }
     agree_on_arguments("all_gather", static_cast<long long>(count), err);
     if (count == 0) return;
-    ExecutionSpace().fence();
-    self().gather(send, recv);
+    self().gather(exec, send, recv);
   }
 };
 

@@ -10,7 +10,7 @@
 #define KOPTIM_CORE_IMPL_ELEMENTWISE_HPP
 
 #include <koptim/core/koptim_Kokkos.hpp>
-#include <koptim/core/koptim_Tensor.hpp>
+#include <koptim/core/impl/koptim_Instance.hpp>
 
 #include <cstdint>
 #include <string>
@@ -35,10 +35,10 @@ struct ChunkedBody {
   }
 };
 
-// body(i) for every i in [0, n) on the default execution space.
+// body(i) for every i in [0, n), one kernel on exec.
 template <class F>
-void for_each_element(const char* label, std::int64_t n, const F& body) {
-  Kokkos::parallel_for(label, Kokkos::RangePolicy<ExecutionSpace>(0, (n + host_chunk - 1) / host_chunk),
+void for_each_element(const ExecutionSpace& exec, const char* label, std::int64_t n, const F& body) {
+  Kokkos::parallel_for(label, Kokkos::RangePolicy<ExecutionSpace>(exec, 0, (n + host_chunk - 1) / host_chunk),
                        ChunkedBody<F>{body, n});
 }
 
@@ -78,7 +78,7 @@ using PieceTable = Kokkos::View<PieceArrays<T>*, MemorySpace>;
 // Elements per chunk of a piece table.
 constexpr std::int64_t piece_chunk = host_chunk > 1 ? host_chunk : 2048;
 
-// One kernel over chunks [chunk_begin, chunk_end) of the entries [first, last) of a chunk table
+// One kernel on exec over chunks [chunk_begin, chunk_end) of the entries [first, last) of a chunk table
 // (`chunk` elements per chunk; an entry has first_chunk and size). CPUs: an iteration per chunk,
 // body.run(entry, begin, end) on local copies of the entry and the body (their members stay in
 // registers, as in ChunkedBody: the loop vectorizes); GPUs: a team per chunk,
@@ -104,15 +104,16 @@ struct TableChunks {
 };
 
 template <class Table, class Body>
-void for_each_table_chunk(const char* label, const Table& table, std::int64_t first, std::int64_t last,
-                          std::int64_t chunk_begin, std::int64_t chunk_end, std::int64_t chunk, const Body& body) {
+void for_each_table_chunk(const ExecutionSpace& exec, const char* label, const Table& table, std::int64_t first,
+                          std::int64_t last, std::int64_t chunk_begin, std::int64_t chunk_end, std::int64_t chunk,
+                          const Body& body) {
   if (chunk_end <= chunk_begin) return;
   const TableChunks<Table, Body> f{table, body, first, last, chunk_begin, chunk};
   if (host_chunk > 1)
-    Kokkos::parallel_for(label, Kokkos::RangePolicy<ExecutionSpace>(chunk_begin, chunk_end), f);
+    Kokkos::parallel_for(label, Kokkos::RangePolicy<ExecutionSpace>(exec, chunk_begin, chunk_end), f);
   else
     Kokkos::parallel_for(
-        label, Kokkos::TeamPolicy<ExecutionSpace>(static_cast<int>(chunk_end - chunk_begin), Kokkos::AUTO), f);
+        label, Kokkos::TeamPolicy<ExecutionSpace>(exec, static_cast<int>(chunk_end - chunk_begin), Kokkos::AUTO), f);
 }
 
 // A body(entry, i) per element as a TableChunks body.
@@ -137,18 +138,15 @@ std::pair<PieceTable<T>, std::int64_t> make_piece_table(const std::string& label
     e.first_chunk = chunks;
     chunks += (e.size + piece_chunk - 1) / piece_chunk;
   }
-  PieceTable<T> table(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), entries.size());
-  Kokkos::deep_copy(table,
-                    Kokkos::View<const PieceArrays<T>*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
-                        entries.data(), entries.size()));
-  return {table, chunks};
+  return {device_table(label, entries), chunks};
 }
 
 // body(p, i) for every element i of every piece p of the table (chunks of piece_chunk elements
-// in all), as one kernel: the diagonal optimizers' multi-tensor update.
+// in all), as one kernel on exec: the diagonal optimizers' multi-tensor update.
 template <class T, class F>
-void for_each_piece_element(const char* label, const PieceTable<T>& table, std::int64_t chunks, const F& body) {
-  for_each_table_chunk(label, table, 0, static_cast<std::int64_t>(table.extent(0)), 0, chunks, piece_chunk,
+void for_each_piece_element(const ExecutionSpace& exec, const char* label, const PieceTable<T>& table,
+                            std::int64_t chunks, const F& body) {
+  for_each_table_chunk(exec, label, table, 0, static_cast<std::int64_t>(table.extent(0)), 0, chunks, piece_chunk,
                        ElementBody<F>{body});
 }
 

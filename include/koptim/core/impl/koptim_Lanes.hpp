@@ -108,14 +108,13 @@ KOKKOS_INLINE_FUNCTION void add_lane_chunk(Lanes<double, Plus>& acc, std::int64_
   }
 }
 
-// The lanes of the sum over i in [0, n) of f(i), in double, as one kernel over the default
-// execution space (chunks of reduction_lanes elements per iteration), into `result`: a View the
-// host does not wait for when it is in device memory, or a Lanes value.
+// The lanes of the sum over i in [0, n) of f(i), in double, as one kernel on exec (chunks of reduction_lanes elements
+// per iteration), into `result`: a View the host does not wait for when it is in device memory, or a Lanes value.
 template <class F, class Result>
-void lane_sum_into(const char* label, std::int64_t n, const F& f, Result&& result) {
+void lane_sum_into(const ExecutionSpace& exec, const char* label, std::int64_t n, const F& f, Result&& result) {
   constexpr int W = reduction_lanes;
   Kokkos::parallel_reduce(
-      label, Kokkos::RangePolicy<ExecutionSpace>(0, (n + W - 1) / W),
+      label, Kokkos::RangePolicy<ExecutionSpace>(exec, 0, (n + W - 1) / W),
       KOKKOS_LAMBDA(const std::int64_t chunk, Lanes<double, Plus>& acc) { add_lane_chunk(acc, chunk, n, f); }, result);
 }
 
@@ -131,9 +130,9 @@ KOKKOS_INLINE_FUNCTION Lanes<double, Plus> lane_sum_serial(std::int64_t n, const
 
 // The sum over i in [0, n) of f(i), in double (lane_sum_into, then the lanes in order).
 template <class F>
-double lane_sum(const char* label, std::int64_t n, const F& f) {
+double lane_sum(const ExecutionSpace& exec, const char* label, std::int64_t n, const F& f) {
   Lanes<double, Plus> sum;
-  lane_sum_into(label, n, f, sum);
+  lane_sum_into(exec, label, n, f, sum);
   return sum.result();
 }
 

@@ -1,0 +1,52 @@
+// The execution-space instance a step runs on. Optimizer::step(exec) passes its instance to every
+// kernel, copy and fence of the step (the kokkos-kernels idiom: an instance argument whose
+// default is the default instance), so that a caller can run the step on a stream of its own and
+// nothing in the step waits on work the caller queued elsewhere, or makes that work wait.
+#ifndef KOPTIM_CORE_IMPL_INSTANCE_HPP
+#define KOPTIM_CORE_IMPL_INSTANCE_HPP
+
+#include <koptim/core/koptim_Tensor.hpp>
+
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace koptim {
+namespace Impl {
+
+// The instance for a step's host loops (the host-memory paths: host BLAS, LAPACK, Shampoo's host
+// batch): exec itself when it is an instance of the host execution space; otherwise the default
+// host instance (a GPU build runs its steps on device memory and never takes those paths).
+template <class ExecSpace>
+Kokkos::DefaultHostExecutionSpace host_instance([[maybe_unused]] const ExecSpace& exec) {
+  if constexpr (std::is_same<ExecSpace, Kokkos::DefaultHostExecutionSpace>::value)
+    return exec;
+  else
+    return Kokkos::DefaultHostExecutionSpace();
+}
+
+// exec.fence(), named where Kokkos takes a name (3.5 and later), so that Kokkos Tools (and the
+// steady-state test's count) can tell which wait it is.
+inline void fence(const ExecutionSpace& exec, const std::string& name) {
+#if KOKKOS_VERSION >= 30500
+  exec.fence(name);
+#else
+  (void)name;
+  exec.fence();
+#endif
+}
+
+// A new View in MemorySpace holding a host vector's elements: the tables that kernels read, built
+// at set-up (an allocation and a copy that fences, as Kokkos's deep_copy without an instance does).
+template <class E>
+Kokkos::View<E*, MemorySpace> device_table(const std::string& label, const std::vector<E>& h) {
+  Kokkos::View<E*, MemorySpace> d(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), h.size());
+  Kokkos::deep_copy(
+      d, Kokkos::View<const E*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(h.data(), h.size()));
+  return d;
+}
+
+}  // namespace Impl
+}  // namespace koptim
+
+#endif

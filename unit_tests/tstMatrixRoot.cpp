@@ -15,6 +15,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <set>
 #include <vector>
 
 namespace {
@@ -504,6 +505,85 @@ TEST(MatrixRoot, CoupledNewtonDivergingFallsBackToEigen) {
   EXPECT_TRUE(ok.newton_converged);
   EXPECT_FALSE(ok.newton_fell_back);
 }
+
+// The coupled Newton iteration runs the factors of a batch together (one kernel per step over
+// all of them, one wait per iteration): every factor's root and outcome must be those of the
+// factor computed alone, to the bit, whatever else is in the batch and however the batch is cut
+// into chunks. The batch mixes exponents (p = 1, 2, 3, 4, 6), factors that converge at different
+// iterations, one that stops at the iteration limit, and (in float) a rank-one factor on which
+// the iteration diverges and falls back to the eigendecomposition.
+template <class T>
+void newton_batch_equals_one_at_a_time() {
+  std::mt19937 gen(23);
+  const int n = 12;
+  std::vector<Dense> L;
+  std::vector<double> a;
+  for (int p : {2, 4, 1, 3, 6, 2}) {
+    L.push_back(random_spd(n, gen));
+    a.push_back(1.0 / p);
+  }
+  Dense rank_one(n);
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j) rank_one(i, j) = std::cos(0.7 * i + 0.1) * std::cos(0.7 * j + 0.1);
+  L.push_back(rank_one);
+  a.push_back(0.5);
+  L.push_back(compose(sine_basis(n), tridiagonal_spectrum(n)));  // worse conditioned: more iterations
+  a.push_back(0.25);
+  for (const int max_iterations : {100, 4}) {
+    InverseRootOptions o    = with(EighSolver::automatic, RootMethod::coupled_newton);
+    o.newton_max_iterations = max_iterations;
+    std::vector<Dense> X;
+    const auto batch = roots<T>(L, a, o, X);
+    std::set<int> iterations;
+    for (std::size_t b = 0; b < L.size(); ++b) {
+      SCOPED_TRACE("factor " + std::to_string(b) + ", max_iterations " + std::to_string(max_iterations));
+      Dense Xb(n);
+      const auto alone = root1<T>(L[b], a[b], o, Xb);
+      EXPECT_EQ(batch[b].status, alone.status);
+      EXPECT_EQ(batch[b].iterations, alone.iterations);
+      EXPECT_EQ(batch[b].newton_error, alone.newton_error);
+      EXPECT_EQ(batch[b].newton_converged, alone.newton_converged);
+      EXPECT_EQ(batch[b].newton_fell_back, alone.newton_fell_back);
+      EXPECT_EQ(X[b].a, Xb.a);
+      if (!batch[b].newton_fell_back) iterations.insert(batch[b].iterations);
+    }
+    // The batch is a real mix: factors stop at different iterations.
+    EXPECT_GE(iterations.size(), max_iterations == 100 ? 2u : 1u);
+    if (max_iterations == 4) EXPECT_FALSE(batch.back().newton_converged);
+    if (std::is_same<T, float>::value && max_iterations == 100) EXPECT_TRUE(batch[6].newton_fell_back);
+  }
+  // Cut into chunks of two factors (newton_roots' work-buffer budget) within one call: the same
+  // roots and outcomes as one chunk.
+  const int nb = static_cast<int>(L.size());
+  Kokkos::View<T***> Ld("L", nb, n, n), X1("X1", nb, n, n), X2("X2", nb, n, n);
+  auto Lh = Kokkos::create_mirror_view(Ld);
+  for (int b = 0; b < nb; ++b)
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < n; ++j) Lh(b, i, j) = static_cast<T>(L[b](i, j));
+  Kokkos::deep_copy(Ld, Lh);
+  std::vector<int> which, p;
+  for (int b = 0; b < nb; ++b) {
+    which.push_back(b);
+    p.push_back(static_cast<int>(std::lround(1.0 / a[b])));
+  }
+  const koptim::linalg::Impl::RootScalars rs{1e-12, 0.0, 0.0, false};
+  koptim::linalg::RootWorkspace<koptim::MemorySpace> ws1, ws2;
+  const koptim::ExecutionSpace space;
+  const auto one   = koptim::linalg::Impl::newton_roots(space, ws1, Ld, X1, which, p, rs, 100, 1e-6);
+  const auto pairs = koptim::linalg::Impl::newton_roots(space, ws2, Ld, X2, which, p, rs, 100, 1e-6,
+                                                        2 * 7 * sizeof(T) * std::size_t(n) * n);
+  for (int b = 0; b < nb; ++b) {
+    EXPECT_EQ(one[b].status, pairs[b].status) << b;
+    EXPECT_EQ(one[b].iterations, pairs[b].iterations) << b;
+    EXPECT_EQ(one[b].newton_error, pairs[b].newton_error) << b;
+  }
+  auto h1 = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), X1);
+  auto h2 = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), X2);
+  for (std::size_t k = 0; k < h1.size(); ++k) ASSERT_EQ(h1.data()[k], h2.data()[k]) << k;
+}
+
+TEST(MatrixRoot, CoupledNewtonBatchEqualsOneAtATimeDouble) { newton_batch_equals_one_at_a_time<double>(); }
+TEST(MatrixRoot, CoupledNewtonBatchEqualsOneAtATimeFloat) { newton_batch_equals_one_at_a_time<float>(); }
 
 TEST(MatrixRoot, BatchOfMixedFactors) {
   // One batch: dense SPD (a = 1/4), diagonal (a = 1/2), a factor with exponent 0, a NaN factor,

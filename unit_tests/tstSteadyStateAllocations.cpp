@@ -256,7 +256,9 @@ TEST(SteadyState, NoStepAllocates) {
 
 // Fences per steady-state step do not grow with the number of parameters and blocks: every
 // per-parameter or per-block result stays on the device (or, for Shampoo's checks of |G|^2, comes
-// back in one copy for all blocks).
+// back in one copy for all blocks). The coupled Newton iteration waits once per iteration of its
+// batch, as many as its slowest factor needs, which depends on the factors' values: it is held
+// to within 10% (a wait per factor would triple the count).
 TEST(SteadyState, FencesDoNotGrowWithTheModel) {
   if (!kokkos_reports_fences())
     GTEST_SKIP() << "Kokkos " << KOKKOS_VERSION << " reports no fences to Kokkos Tools (3.5 and later do)";
@@ -272,10 +274,10 @@ TEST(SteadyState, FencesDoNotGrowWithTheModel) {
     if (world()->rank() == 0)
       std::printf("[ fences ] %-55s %5.1f per step (2 copies), %5.1f (6 copies)\n", c.label.c_str(), counted[0] / 6.0,
                   counted[1] / 6.0);
-    // A known debt (docs/architecture.md): the coupled Newton iteration tests each matrix's
-    // convergence on the host; counted and printed, not yet held to the rule.
-    const bool known = c.label.find("coupled Newton") != std::string::npos;
-    if (!known) EXPECT_EQ(counted[1], counted[0]);
+    if (c.label.find("coupled Newton") != std::string::npos)
+      EXPECT_LE(counted[1], counted[0] + counted[0] / 10);
+    else
+      EXPECT_EQ(counted[1], counted[0]);
   }
 }
 
@@ -329,8 +331,10 @@ class LaunchCounter {
 // products' own kernels (mirror_lower after a host syrk, Kokkos Kernels' GEMM kernels), one per
 // block and factor (on a GPU, one cuBLAS call each: not yet batched). Gefen: one kernel per
 // scalar type and parameter group over every block of every kind, and three for the factors of
-// all factored tensors. The coupled Newton root iteration launches a few per matrix (counted and
-// printed: not yet held to the rule).
+// all factored tensors. The coupled Newton root iteration: a few kernels per iteration over all
+// the factors of its batch (the GEMMs per factor are Kokkos Kernels' and left out, as above), as
+// many iterations as its slowest factor needs, which depends on the factors' values: held to
+// within 10% (a kernel per factor would triple the count).
 TEST(SteadyState, LaunchesDoNotGrowWithTheBlocks) {
   auto counted_label = [](const std::string& l) {
     return l.rfind("koptim::linalg::mirror_lower", 0) != 0 && l.rfind("KokkosBlas", 0) != 0;
@@ -353,10 +357,6 @@ TEST(SteadyState, LaunchesDoNotGrowWithTheBlocks) {
       if (world()->rank() == 0)
         std::printf("[ launches ] %-55s %6.1f per step (2 copies), %6.1f (6 copies)\n", label.c_str(), counted[0] / 6.0,
                     counted[1] / 6.0);
-      // A known debt, printed and not held to the rule: the coupled Newton iteration's
-      // per-matrix convergence tests on the host (a few kernels per matrix; the fence test's debt
-      // too).
-      const bool known = c.label.find("coupled Newton") != std::string::npos;
       // Gefen's factored tensors (the 150 x 70 floats of each copy) go in waves of
       // gefen::host_wave_bytes per host thread on host backends: 4 launches (3 for the factors,
       // 1 for the update) per wave after the first, over 6 steps.
@@ -369,7 +369,9 @@ TEST(SteadyState, LaunchesDoNotGrowWithTheBlocks) {
         const auto waves = [&](std::int64_t copies) { return (copies * world()->size() + per_wave - 1) / per_wave; };
         extra            = 6 * 4 * (waves(6) - waves(2));
       }
-      if (!known)
+      if (c.label.find("coupled Newton") != std::string::npos)
+        EXPECT_LE(counted[1], counted[0] + counted[0] / 10);
+      else
         EXPECT_EQ(counted[1], counted[0] + extra) << "the last step, 2 copies:\n"
                                                   << reports[0] << "6 copies:\n"
                                                   << reports[1];

@@ -25,9 +25,8 @@
 #include <koptim/core/impl/koptim_Math.hpp>
 #include <koptim/core/impl/koptim_Profiling.hpp>
 #include <koptim/linalg/koptim_Eigensolver.hpp>
-#include <koptim/linalg/koptim_RootOptions.hpp>
-
 #include <koptim/linalg/koptim_Gemm.hpp>
+#include <koptim/linalg/koptim_RootOptions.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -142,7 +141,7 @@ class RootWorkspace {
  private:
   template <class View, class Space>
   static View fill(const View& v, bool zero, const Space& space) {
-    if (zero && v.size() > 0) Kokkos::deep_copy(space, v, typename View::non_const_value_type(0));
+    if (zero && v.size() > 0) Kokkos::deep_copy(space, v, typename View::non_const_value_type{});
     return v;
   }
   template <class T>
@@ -323,7 +322,6 @@ std::vector<int> diagonal_roots(const ExecSpace& space, RootWorkspace<typename L
                                 const XView& X, const ExpView& a, const std::vector<int>& which,
                                 const RootScalars& rs) {
   using T       = typename XView::non_const_value_type;
-  using Mem     = typename LView::memory_space;
   using Policy  = Kokkos::TeamPolicy<ExecSpace>;
   using Member  = typename Policy::member_type;
   const int m   = static_cast<int>(which.size());
@@ -530,144 +528,275 @@ EigenOutcome eigen_roots(const ExecSpace& space, const LView& L, const XView& X,
   return eigen_roots<Tw>(space, ws, L, X, a, which, rs, use_lapack, jopt);
 }
 
-// max |M - I|, or infinity when M holds a NaN or an infinity (the max reducer would compare
-// a NaN, which traps under FE_INVALID).
-template <class ExecSpace, class MView>
-double newton_residual(const ExecSpace& space, const MView& M) {
-  using T     = typename MView::non_const_value_type;
-  using Range = Kokkos::RangePolicy<ExecSpace>;
-  const int n = static_cast<int>(M.extent(0));
-  int bad     = 0;
-  Kokkos::parallel_reduce(
-      "koptim::linalg::newton_residual_check", Range(space, 0, n * n),
-      KOKKOS_LAMBDA(const int t, int& cnt) {
-        if (!koptim::Impl::is_finite(M(t % n, t / n))) ++cnt;
-      },
-      bad);
-  if (bad > 0) return std::numeric_limits<double>::infinity();
-  T err = 0;
-  Kokkos::parallel_reduce(
-      "koptim::linalg::newton_residual", Range(space, 0, n * n),
-      KOKKOS_LAMBDA(const int t, T& mx) {
-        const int i = t % n, j = t / n;
-        const T v = koptim::Impl::abs(M(i, j) - (i == j ? T(1) : T(0)));
-        if (mx < v) mx = v;
-      },
-      Kokkos::Max<T>(err));
-  return static_cast<double>(err);
-}
+// Bytes of work buffers the coupled Newton iteration may use at once (seven n x n matrices per
+// factor): the factors of a batch go through it in chunks of at most this much, at least one.
+constexpr std::size_t newton_chunk_bytes = std::size_t(256) << 20;
 
-// Coupled Newton iteration for A^(-1/p) (Higham's coupled form as in the reference Shampoo):
-// z = (p+1) / (2 ||A||_F), X = z^(1/p) I, M = z A; repeat M_p = ((p+1) I - M) / p,
-// X <- X M_p, M <- M_p^p M while max|M - I| > tolerance.
+// The scalars of one factor's coupled Newton iteration (newton_roots).
+template <class T>
+struct NewtonScalars {
+  T eps, zr, zt, inv_p, one_p1;
+  double diverged, tolerance;
+};
+
+// Coupled Newton iteration for A^(-1/p), A = L(b) + eps I (Higham's coupled form as in the
+// reference Shampoo): z = (p+1) / (2 ||A||_F), X = z^(1/p) I, M = z A; repeat
+// M_p = ((p+1) I - M) / p, X <- X M_p, M <- M_p^p M while max|M - I| > tolerance; for the factors
+// which[k] of L, each with its own p[k], results[k] their outcome and X(which[k]) their root on
+// success. The factors go in chunks (newton_chunk_bytes of buffers): per iteration one kernel
+// over the chunk's running factors builds every M_p, GEMMs (one per product per factor: Kokkos
+// Kernels) form the products, one kernel takes max|M - I| of every factor and decides which keep
+// running, and one copy brings those residuals to the host: the host waits once per iteration
+// of a chunk, not once per factor and iteration.
 template <class ExecSpace, class LView, class XView>
-RootInfo newton_root(const ExecSpace& space, RootWorkspace<typename LView::memory_space>& ws, const LView& L,
-                     const XView& X, int b, int p, const RootScalars& rs, int max_iterations, double tolerance) {
-  using T     = typename XView::non_const_value_type;
-  const int n = static_cast<int>(L.extent(1));
-  RootInfo res;
-  auto matrix = [&](const char* label) { return ws.template matrix<T, Kokkos::LayoutLeft>(label, n, n, true, space); };
-  // Swapped during the iteration: not const.
-  auto A = matrix("koptim::linalg::newton_A"), Y = matrix("koptim::linalg::newton_X"),
-       M  = matrix("koptim::linalg::newton_M");
-  auto Mp = matrix("koptim::linalg::newton_Mp"), Pw = matrix("koptim::linalg::newton_power");
-  auto T1      = matrix("koptim::linalg::newton_tmp");
-  const T eps  = static_cast<T>(rs.eps);
-  const int nn = n * n;
-  using Range  = Kokkos::RangePolicy<ExecSpace>;
-  Kokkos::parallel_for(
-      "koptim::linalg::newton_init", Range(space, 0, nn), KOKKOS_LAMBDA(const int t) {
-        const int i = t % n, j = t / n;
-        A(i, j) = static_cast<T>(L(b, i, j)) + (i == j ? eps : T(0));
-      });
-  double fro2 = 0;
-  Kokkos::parallel_reduce(
-      "koptim::linalg::newton_norm", Range(space, 0, nn),
-      KOKKOS_LAMBDA(const int t, double& s) {
-        const double v = static_cast<double>(A(t % n, t / n));
-        s += v * v;
-      },
-      fro2);
-  const double fro = std::sqrt(fro2);
-  if (!(fro > 0.0) || !koptim::Impl::is_finite(fro)) {
-    res.status = RootStatus::nonfinite_output;
-    return res;
-  }
-  const double z = (p + 1.0) / (2.0 * fro);
-  const T zr     = static_cast<T>(std::pow(z, 1.0 / p));
-  const T zt     = static_cast<T>(z);
-  const T inv_p  = static_cast<T>(1.0 / p);
-  const T one_p1 = static_cast<T>((p + 1.0) / p);
-  Kokkos::parallel_for(
-      "koptim::linalg::newton_start", Range(space, 0, nn), KOKKOS_LAMBDA(const int t) {
-        const int i = t % n, j = t / n;
-        Y(i, j) = i == j ? zr : T(0);
-        M(i, j) = zt * A(i, j);
-      });
-  double err = newton_residual(space, M);
-  int it     = 0;
-  // M starts with entries of at most (p + 1) / 2 and, in exact arithmetic, its eigenvalues then
-  // stay in (0, 1]: max|M - I| stays below 1. An eigenvalue pushed below 0 by rounding (a
-  // rank-deficient or ill-conditioned A) grows in magnitude faster than exponentially instead.
-  // Stopping once the residual passes this bound ends a diverging run before its products
-  // overflow (Inf - Inf in a GEMM would raise FE_INVALID, and a NaN has no use to anyone).
-  const double diverged = 2.0 * (p + 1.0);
-  while (koptim::Impl::is_finite(err) && err > tolerance && err <= diverged && it < max_iterations) {
-    ++it;
+std::vector<RootInfo> newton_roots(const ExecSpace& space, RootWorkspace<typename LView::memory_space>& ws,
+                                   const LView& L, const XView& X, const std::vector<int>& which,
+                                   const std::vector<int>& p, const RootScalars& rs, int max_iterations,
+                                   double tolerance, std::size_t chunk_bytes = newton_chunk_bytes) {
+  using T      = typename XView::non_const_value_type;
+  using Policy = Kokkos::TeamPolicy<ExecSpace>;
+  using Member = typename Policy::member_type;
+  const int n  = static_cast<int>(L.extent(1));
+  std::vector<RootInfo> results(which.size());
+  if (which.empty()) return results;
+  const std::size_t per_factor = std::max<std::size_t>(7 * sizeof(T) * static_cast<std::size_t>(n) * n, 1);
+  const int chunk = static_cast<int>(std::max<std::size_t>(1, std::min(which.size(), chunk_bytes / per_factor)));
+  const T eps     = static_cast<T>(rs.eps);
+  for (std::size_t first = 0; first < which.size(); first += chunk) {
+    const int c = static_cast<int>(std::min<std::size_t>(chunk, which.size() - first));
+    // Matrix g of a buffer is columns [g n, (g + 1) n) of an n x (c n) column-major matrix.
+    auto buffer = [&](const char* label) {
+      return ws.template matrix<T, Kokkos::LayoutLeft>(label, n, static_cast<std::size_t>(n) * c);
+    };
+    // Y and M the iterates; B holds M_p, its powers and their product; YT and MT the new Y and M.
+    const auto Y = buffer("koptim::linalg::newton_X"), M = buffer("koptim::linalg::newton_M"),
+               YT = buffer("koptim::linalg::newton_next_X"), MT = buffer("koptim::linalg::newton_next_M");
+    const decltype(Y) B[3] = {buffer("koptim::linalg::newton_Mp"), buffer("koptim::linalg::newton_power"),
+                              buffer("koptim::linalg::newton_square")};
+    const auto B1          = B[0];
+    auto part              = [&](const decltype(Y)& B, int g) {
+      return Kokkos::subview(B, Kokkos::ALL(), std::make_pair(g * n, (g + 1) * n));
+    };
+    const std::vector<int> mine(which.begin() + first, which.begin() + first + c);
+    const auto idx    = to_device(space, ws, mine, "koptim::linalg::newton_idx");
+    const auto fro2   = ws.template vector<double>("koptim::linalg::newton_norm", c);
+    const auto err    = ws.template vector<double>("koptim::linalg::newton_error", c);
+    const auto active = ws.template vector<int>("koptim::linalg::newton_running", c);
+    // ||A||_F^2 of every factor of the chunk, in double.
     Kokkos::parallel_for(
-        "koptim::linalg::newton_step", Range(space, 0, nn), KOKKOS_LAMBDA(const int t) {
-          const int i = t % n, j = t / n;
-          Mp(i, j) = (i == j ? one_p1 : T(0)) - inv_p * M(i, j);
+        "koptim::linalg::newton_norm", Policy(space, c, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
+          const int g = team.league_rank(), b = idx(g);
+          double sum = 0.0;
+          Kokkos::parallel_reduce(
+              Kokkos::TeamThreadRange(team, n * n),
+              [&](const int t, double& acc) {
+                const int i = t / n, j = t % n;
+                const double v = static_cast<double>(static_cast<T>(L(b, i, j)) + (i == j ? eps : T(0)));
+                acc += v * v;
+              },
+              sum);
+          Kokkos::single(Kokkos::PerTeam(team), [&]() { fro2(g) = sum; });
         });
-    // Results go to the spare buffer T1, which then swaps places with the old operand.
-    Impl::gemm(space, "N", "N", T(1), Y, Mp, T(0), T1);
-    std::swap(Y, T1);
-    // M_p^p by repeated squaring: Pw accumulates the product while Mp is squared.
-    bool have = false;
-    for (int e = p; e > 0; e >>= 1) {
-      if (e & 1) {
-        if (have) {
-          Impl::gemm(space, "N", "N", T(1), Pw, Mp, T(0), T1);
-          std::swap(Pw, T1);
-        } else {
-          Kokkos::deep_copy(space, Pw, Mp);
-          have = true;
-        }
+    std::vector<double> fro2_h(c), err_h(c);
+    using HostDoubles = Kokkos::View<double*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+    Kokkos::deep_copy(space, HostDoubles(fro2_h.data(), c), fro2);
+    space.fence();
+    std::vector<NewtonScalars<T>> sc(c);
+    std::vector<int> running(c, 0);
+    for (int g = 0; g < c; ++g) {
+      const double fro = std::sqrt(fro2_h[g]);
+      const int pg     = p[first + g];
+      if (!(fro > 0.0) || !koptim::Impl::is_finite(fro)) {
+        results[first + g].status = RootStatus::nonfinite_output;
+        continue;
       }
-      if (e > 1) {
-        Impl::gemm(space, "N", "N", T(1), Mp, Mp, T(0), T1);
-        std::swap(Mp, T1);
-      }
+      const double z = (pg + 1.0) / (2.0 * fro);
+      // M starts with entries of at most (p + 1) / 2 and, in exact arithmetic, its eigenvalues
+      // then stay in (0, 1]: max|M - I| stays below 1. An eigenvalue pushed below 0 by rounding (a
+      // rank-deficient or ill-conditioned A) grows in magnitude faster than exponentially instead.
+      // Stopping once the residual passes 2 (p + 1) ends a diverging run before its products
+      // overflow (Inf - Inf in a GEMM would raise FE_INVALID, and a NaN has no use to anyone).
+      sc[g]      = NewtonScalars<T>{eps,
+                                    static_cast<T>(std::pow(z, 1.0 / pg)),
+                                    static_cast<T>(z),
+                                    static_cast<T>(1.0 / pg),
+                                    static_cast<T>((pg + 1.0) / pg),
+                                    2.0 * (pg + 1.0),
+                                    tolerance};
+      running[g] = 1;
     }
-    Impl::gemm(space, "N", "N", T(1), Pw, M, T(0), T1);
-    std::swap(M, T1);
-    err = newton_residual(space, M);
+    const auto scalars = ws.template vector<NewtonScalars<T>>("koptim::linalg::newton_scalars", c);
+    Kokkos::deep_copy(space, scalars,
+                      Kokkos::View<const NewtonScalars<T>*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+                          sc.data(), c));
+    Kokkos::deep_copy(
+        space, active,
+        Kokkos::View<const int*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(running.data(), c));
+    // X = z^(1/p) I, M = z A.
+    Kokkos::parallel_for(
+        "koptim::linalg::newton_start", Policy(space, c, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
+          const int g = team.league_rank(), b = idx(g);
+          if (active(g) == 0) return;
+          const NewtonScalars<T> s = scalars(g);
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n * n), [&](const int t) {
+            const int i = t % n, j = t / n;
+            Y(i, g * n + j) = i == j ? s.zr : T(0);
+            M(i, g * n + j) = s.zt * (static_cast<T>(L(b, i, j)) + (i == j ? s.eps : T(0)));
+          });
+        });
+    // err(g) = max|M - I| (infinity when M holds a NaN or an infinity: the max would compare a NaN,
+    // which traps under FE_INVALID) of the running factors, and whether each keeps running (at
+    // most max_iterations: the host counts them and stops the loop).
+    const auto residuals = [&]() {
+      Kokkos::parallel_for(
+          "koptim::linalg::newton_residual", Policy(space, c, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
+            const int g = team.league_rank();
+            if (active(g) == 0) return;
+            int bad = 0;
+            T mx    = 0;
+            Kokkos::parallel_reduce(
+                Kokkos::TeamThreadRange(team, n * n),
+                [&](const int t, int& cnt) {
+                  if (!koptim::Impl::is_finite(M(t % n, g * n + t / n))) ++cnt;
+                },
+                bad);
+            if (bad == 0) {
+              Kokkos::parallel_reduce(
+                  Kokkos::TeamThreadRange(team, n * n),
+                  [&](const int t, T& m) {
+                    const int i = t % n, j = t / n;
+                    const T v = koptim::Impl::abs(M(i, g * n + j) - (i == j ? T(1) : T(0)));
+                    if (m < v) m = v;
+                  },
+                  Kokkos::Max<T>(mx));
+            }
+            Kokkos::single(Kokkos::PerTeam(team), [&]() {
+              const NewtonScalars<T> s = scalars(g);
+              const double e           = static_cast<double>(mx);
+              err(g)                   = bad > 0 ? -1.0 : e;  // -1: not finite
+              active(g)                = bad == 0 && e > s.tolerance && e <= s.diverged ? 1 : 0;
+            });
+          });
+      Kokkos::deep_copy(space, HostDoubles(err_h.data(), c), err);
+      space.fence();
+      for (int g = 0; g < c; ++g) {
+        if (err_h[g] < 0.0) err_h[g] = std::numeric_limits<double>::infinity();
+        if (!running[g]) continue;
+        // The same decision as the kernel's, on the same values.
+        const double e = err_h[g];
+        running[g]     = koptim::Impl::is_finite(e) && e > sc[g].tolerance && e <= sc[g].diverged;
+      }
+    };
+    std::vector<double> last_err(c, 0.0);
+    std::vector<int> iterations(c, 0);
+    std::vector<char> started(running.begin(), running.end());
+    residuals();
+    for (int g = 0; g < c; ++g) last_err[g] = err_h[g];
+    for (int it = 1; it <= max_iterations; ++it) {
+      if (std::none_of(running.begin(), running.end(), [](int r) { return r != 0; })) break;
+      // M_p = ((p + 1) I - M) / p into B1.
+      Kokkos::parallel_for(
+          "koptim::linalg::newton_step", Policy(space, c, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
+            const int g = team.league_rank();
+            if (active(g) == 0) return;
+            const NewtonScalars<T> s = scalars(g);
+            Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n * n), [&](const int t) {
+              const int i = t % n, j = g * n + t / n;
+              B1(i, j) = (t % n == t / n ? s.one_p1 : T(0)) - s.inv_p * M(i, j);
+            });
+          });
+      // Per running factor: Y M_p into YT; M_p^p by repeated squaring in the three buffers B (the
+      // product Pw, while M_p is squared, each result into the buffer neither holds; Pw starts
+      // as M_p itself); Pw M into MT.
+      for (int g = 0; g < c; ++g) {
+        if (!running[g]) continue;
+        ++iterations[g];
+        Impl::gemm(space, "N", "N", T(1), part(Y, g), part(B1, g), T(0), part(YT, g));
+        const auto other = [](int a, int b) { return a != 0 && b != 0 ? 0 : (a != 1 && b != 1 ? 1 : 2); };
+        int mp = 0, pw = -1;
+        for (int e = p[first + g]; e > 0; e >>= 1) {
+          if (e & 1) {
+            if (pw < 0) {
+              pw = mp;
+            } else {
+              const int t = other(mp, pw);
+              Impl::gemm(space, "N", "N", T(1), part(B[pw], g), part(B[mp], g), T(0), part(B[t], g));
+              pw = t;
+            }
+          }
+          if (e > 1) {
+            const int t = other(mp, pw);
+            Impl::gemm(space, "N", "N", T(1), part(B[mp], g), part(B[mp], g), T(0), part(B[t], g));
+            mp = t;
+          }
+        }
+        Impl::gemm(space, "N", "N", T(1), part(B[pw], g), part(M, g), T(0), part(MT, g));
+      }
+      // Y <- YT, M <- MT for the running factors; then their residuals.
+      Kokkos::parallel_for(
+          "koptim::linalg::newton_copy", Policy(space, c, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
+            const int g = team.league_rank();
+            if (active(g) == 0) return;
+            Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n * n), [&](const int t) {
+              const int i = t % n, j = g * n + t / n;
+              Y(i, j) = YT(i, j);
+              M(i, j) = MT(i, j);
+            });
+          });
+      std::vector<int> was(running);
+      residuals();
+      for (int g = 0; g < c; ++g)
+        if (was[g]) last_err[g] = err_h[g];
+    }
+    // The outcome per factor; the finite roots go to X.
+    std::vector<int> ok(c, 0);
+    for (int g = 0; g < c; ++g) {
+      RootInfo& r = results[first + g];
+      if (!started[g]) continue;  // a zero or non-finite norm: nonfinite_output above
+      const double e = last_err[g];
+      r.iterations   = iterations[g];
+      r.newton_error = e;
+      if (!koptim::Impl::is_finite(e) || e > sc[g].diverged) {
+        r.newton_converged = false;
+        r.status           = RootStatus::nonfinite_output;
+        continue;
+      }
+      r.newton_converged = e <= tolerance;
+      ok[g]              = 1;
+    }
+    Kokkos::deep_copy(
+        space, active,
+        Kokkos::View<const int*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(ok.data(), c));
+    Kokkos::parallel_for(
+        "koptim::linalg::newton_check", Policy(space, c, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
+          const int g = team.league_rank();
+          if (active(g) == 0) return;
+          int bad = 0;
+          Kokkos::parallel_reduce(
+              Kokkos::TeamThreadRange(team, n * n),
+              [&](const int t, int& cnt) {
+                if (!koptim::Impl::is_finite(Y(t % n, g * n + t / n))) ++cnt;
+              },
+              bad);
+          Kokkos::single(Kokkos::PerTeam(team), [&]() { active(g) = bad == 0 ? 1 : 0; });
+        });
+    Kokkos::parallel_for(
+        "koptim::linalg::newton_write", Policy(space, c, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
+          const int g = team.league_rank(), b = idx(g);
+          if (active(g) == 0) return;
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n * n), [&](const int t) {
+            const int i = t % n, j = t / n;
+            X(b, i, j) = Y(i, g * n + j);
+          });
+        });
+    using HostInts = Kokkos::View<int*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+    Kokkos::deep_copy(space, HostInts(ok.data(), c), active);
+    space.fence();
+    for (int g = 0; g < c; ++g)
+      if (started[g] && results[first + g].status == RootStatus::success && ok[g] == 0)
+        results[first + g].status = RootStatus::nonfinite_output;
   }
-  res.iterations   = it;
-  res.newton_error = err;
-  if (!koptim::Impl::is_finite(err) || err > diverged) {
-    res.newton_converged = false;
-    res.status           = RootStatus::nonfinite_output;
-    return res;
-  }
-  res.newton_converged = err <= tolerance;
-  int bad              = 0;
-  Kokkos::parallel_reduce(
-      "koptim::linalg::newton_check", Range(space, 0, nn),
-      KOKKOS_LAMBDA(const int t, int& cnt) {
-        if (!koptim::Impl::is_finite(Y(t % n, t / n))) ++cnt;
-      },
-      bad);
-  if (bad > 0) {
-    res.status = RootStatus::nonfinite_output;
-    return res;
-  }
-  Kokkos::parallel_for(
-      "koptim::linalg::newton_write", Range(space, 0, nn), KOKKOS_LAMBDA(const int t) {
-        const int i = t % n, j = t / n;
-        X(b, i, j) = Y(i, j);
-      });
-  return res;
+  return results;
 }
 
 inline int newton_root_index(double a) {
@@ -796,15 +925,17 @@ std::vector<RootInfo> batched_inverse_root(const ExecSpace& space, const LView& 
     }
   }
   if (!general.empty() && options.method == RootMethod::coupled_newton) {
-    std::vector<int> diverged;
-    for (int b : general) {
-      results[b] = Impl::newton_root(space, ws, L, X, b, Impl::newton_root_index(exponents[b]), rs,
-                                     options.newton_max_iterations, options.newton_tolerance);
+    std::vector<int> p, diverged;
+    for (int b : general) p.push_back(Impl::newton_root_index(exponents[b]));
+    const auto newton =
+        Impl::newton_roots(space, ws, L, X, general, p, rs, options.newton_max_iterations, options.newton_tolerance);
+    for (std::size_t k = 0; k < general.size(); ++k) {
+      results[general[k]] = newton[k];
       // The input is finite (classify() set non-finite factors apart): a non-finite iterate means
       // the iteration diverged, which a rank-deficient or ill-conditioned factor does once its
       // smallest eigenvalue plus epsilon is lost in rounding (epsilon = 1e-12 next to entries of
       // order 1 in float). The eigendecomposition with its shift rule handles such factors.
-      if (results[b].status == RootStatus::nonfinite_output) diverged.push_back(b);
+      if (newton[k].status == RootStatus::nonfinite_output) diverged.push_back(general[k]);
     }
     general = diverged;
     for (int b : general) results[b].newton_fell_back = true;

@@ -391,7 +391,11 @@ std::vector<InstanceEvent>& instance_events() {
 void on_instance_kernel(const char* name, std::uint32_t device, std::uint64_t*) {
   instance_events().push_back({"kernel", name, device});
 }
+// Not the global fences Kokkos 4 itself makes before calling a kernel callback when a tool asks
+// for them (tools do by default: "Kokkos::Tools::invoke_kokkosp_callback: Kokkos Profile Tool
+// Fence"): the recorder's own kernel callbacks cause those.
 void on_instance_fence(const char* name, std::uint32_t device, std::uint64_t*) {
+  if (std::string(name).rfind("Kokkos::Tools::invoke_kokkosp_callback", 0) == 0) return;
   instance_events().push_back({"fence", name, device});
 }
 
@@ -489,9 +493,9 @@ TEST(SteadyState, InstanceRecorderSeesDevicesAndGlobalFences) {
   EXPECT_EQ(instance_events()[0].device, Kokkos::Tools::Experimental::device_id(exec));
   if (!fences_reported) return;  // Kokkos 3.4
   instance_events().clear();
-  Kokkos::fence();  // global
-  ASSERT_EQ(instance_events().size(), 1u);
-  EXPECT_NE(instance_events()[0].device, Kokkos::Tools::Experimental::device_id(exec));
+  Kokkos::fence();  // global (one event per backend that Kokkos fences)
+  ASSERT_GE(instance_events().size(), 1u);
+  for (const auto& e : instance_events()) EXPECT_NE(e.device, Kokkos::Tools::Experimental::device_id(exec)) << e.name;
 }
 
 // The counter itself sees an allocation: the test above cannot pass by not listening.

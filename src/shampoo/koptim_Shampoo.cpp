@@ -856,9 +856,12 @@ void ShampooBlocks<T>::amortized(std::int64_t t) {
           Kokkos::deep_copy(exec_, steps, iters);
           Impl::fence(exec_, "koptim::Shampoo: the QR refresh's outcome to the host");
         } else {
+          // Host mirrors (the same memory when it is the host's), copied on exec_: no global fence.
+          auto Lh = Kokkos::create_mirror_view(Kokkos::HostSpace(), Lhat);
+          auto Xh = Kokkos::create_mirror_view(Kokkos::HostSpace(), s.X);
+          Kokkos::deep_copy(exec_, Lh, Lhat);
+          Kokkos::deep_copy(exec_, Xh, s.X);
           Impl::fence(exec_, "koptim::Shampoo: the factors to LAPACK");
-          auto Lh = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), Lhat);
-          auto Xh = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), s.X);
           linalg::batched_eigenbasis_qr(Impl::host_instance(exec_), Lh, Xh, hi, steps, qo);
           Kokkos::deep_copy(exec_, s.X, Xh);
         }
@@ -869,10 +872,11 @@ void ShampooBlocks<T>::amortized(std::int64_t t) {
                  (o_.eigensolver == linalg::EighSolver::automatic && host)) {
         // LAPACK works on host memory: device factors go through host mirrors (a no-op copy-free
         // alias when the memory is already host-accessible).
-        Impl::fence(exec_, "koptim::Shampoo: the factors to LAPACK");
-        auto Lh = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), Lhat);
+        auto Lh = Kokkos::create_mirror_view(Kokkos::HostSpace(), Lhat);
         auto wh = Kokkos::create_mirror_view(Kokkos::HostSpace(), w);
         auto hi = Kokkos::create_mirror_view(Kokkos::HostSpace(), info);
+        Kokkos::deep_copy(exec_, Lh, Lhat);
+        Impl::fence(exec_, "koptim::Shampoo: the factors to LAPACK");
         linalg::batched_eigh_lapack(Impl::host_instance(exec_), Lh, wh, hi);
         Kokkos::deep_copy(exec_, Lhat, Lh);
         Kokkos::deep_copy(exec_, info, hi);

@@ -543,11 +543,12 @@ struct NewtonScalars {
 // reference Shampoo): z = (p+1) / (2 ||A||_F), X = z^(1/p) I, M = z A; repeat
 // M_p = ((p+1) I - M) / p, X <- X M_p, M <- M_p^p M while max|M - I| > tolerance; for the factors
 // which[k] of L, each with its own p[k], results[k] their outcome and X(which[k]) their root on
-// success. The factors go in chunks (newton_chunk_bytes of buffers): per iteration one kernel
-// over the chunk's running factors builds every M_p, GEMMs (one per product per factor: Kokkos
-// Kernels) form the products, one kernel takes max|M - I| of every factor and decides which keep
-// running, and one copy brings those residuals to the host: the host waits once per iteration
-// of a chunk, not once per factor and iteration.
+// success. The factors go in chunks (chunk_bytes of buffers): per iteration, GEMMs (one per
+// product per factor: Kokkos Kernels) form the running factors' products, then one kernel over
+// the chunk takes every new max|M - I|, decides which factors keep running and builds their next
+// M_p, and one copy brings the residuals to the host: the host waits once per iteration of a
+// chunk, not once per factor and iteration. X and M live in two buffers each, read and written
+// alternately (a factor's last X is in the one of the iteration it stopped at).
 template <class ExecSpace, class LView, class XView>
 std::vector<RootInfo> newton_roots(const ExecSpace& space, RootWorkspace<typename LView::memory_space>& ws,
                                    const LView& L, const XView& X, const std::vector<int>& which,
@@ -560,28 +561,33 @@ std::vector<RootInfo> newton_roots(const ExecSpace& space, RootWorkspace<typenam
   std::vector<RootInfo> results(which.size());
   if (which.empty()) return results;
   const std::size_t per_factor = std::max<std::size_t>(7 * sizeof(T) * static_cast<std::size_t>(n) * n, 1);
-  const int chunk = static_cast<int>(std::max<std::size_t>(1, std::min(which.size(), chunk_bytes / per_factor)));
-  const T eps     = static_cast<T>(rs.eps);
+  const int chunk   = static_cast<int>(std::max<std::size_t>(1, std::min(which.size(), chunk_bytes / per_factor)));
+  const T eps       = static_cast<T>(rs.eps);
+  using HostDoubles = Kokkos::View<double*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  using HostInts    = Kokkos::View<int*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  using HostInput   = Kokkos::View<const int*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
   for (std::size_t first = 0; first < which.size(); first += chunk) {
     const int c = static_cast<int>(std::min<std::size_t>(chunk, which.size() - first));
     // Matrix g of a buffer is columns [g n, (g + 1) n) of an n x (c n) column-major matrix.
     auto buffer = [&](const char* label) {
       return ws.template matrix<T, Kokkos::LayoutLeft>(label, n, static_cast<std::size_t>(n) * c);
     };
-    // Y and M the iterates; B holds M_p, its powers and their product; YT and MT the new Y and M.
-    const auto Y = buffer("koptim::linalg::newton_X"), M = buffer("koptim::linalg::newton_M"),
-               YT = buffer("koptim::linalg::newton_next_X"), MT = buffer("koptim::linalg::newton_next_M");
-    const decltype(Y) B[3] = {buffer("koptim::linalg::newton_Mp"), buffer("koptim::linalg::newton_power"),
-                              buffer("koptim::linalg::newton_square")};
-    const auto B1          = B[0];
-    auto part              = [&](const decltype(Y)& B, int g) {
-      return Kokkos::subview(B, Kokkos::ALL(), std::make_pair(g * n, (g + 1) * n));
+    using Buffer       = decltype(buffer(""));
+    const Buffer Ys[2] = {buffer("koptim::linalg::newton_X"), buffer("koptim::linalg::newton_X2")};
+    const Buffer Ms[2] = {buffer("koptim::linalg::newton_M"), buffer("koptim::linalg::newton_M2")};
+    // M_p, its powers and their product.
+    const Buffer B[3] = {buffer("koptim::linalg::newton_Mp"), buffer("koptim::linalg::newton_power"),
+                         buffer("koptim::linalg::newton_square")};
+    const Buffer B1   = B[0];
+    auto part         = [&](const Buffer& V, int g) {
+      return Kokkos::subview(V, Kokkos::ALL(), std::make_pair(g * n, (g + 1) * n));
     };
     const std::vector<int> mine(which.begin() + first, which.begin() + first + c);
-    const auto idx    = to_device(space, ws, mine, "koptim::linalg::newton_idx");
-    const auto fro2   = ws.template vector<double>("koptim::linalg::newton_norm", c);
-    const auto err    = ws.template vector<double>("koptim::linalg::newton_error", c);
-    const auto active = ws.template vector<int>("koptim::linalg::newton_running", c);
+    const auto idx       = to_device(space, ws, mine, "koptim::linalg::newton_idx");
+    const auto fro2      = ws.template vector<double>("koptim::linalg::newton_norm", c);
+    const auto err       = ws.template vector<double>("koptim::linalg::newton_error", c);
+    const auto active    = ws.template vector<int>("koptim::linalg::newton_running", c);
+    const auto in_second = ws.template vector<int>("koptim::linalg::newton_parity", c);
     // ||A||_F^2 of every factor of the chunk, in double.
     Kokkos::parallel_for(
         "koptim::linalg::newton_norm", Policy(space, c, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
@@ -598,7 +604,6 @@ std::vector<RootInfo> newton_roots(const ExecSpace& space, RootWorkspace<typenam
           Kokkos::single(Kokkos::PerTeam(team), [&]() { fro2(g) = sum; });
         });
     std::vector<double> fro2_h(c), err_h(c);
-    using HostDoubles = Kokkos::View<double*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
     Kokkos::deep_copy(space, HostDoubles(fro2_h.data(), c), fro2);
     space.fence();
     std::vector<NewtonScalars<T>> sc(c);
@@ -625,29 +630,36 @@ std::vector<RootInfo> newton_roots(const ExecSpace& space, RootWorkspace<typenam
                                     tolerance};
       running[g] = 1;
     }
+    const std::vector<int> started(running);
     const auto scalars = ws.template vector<NewtonScalars<T>>("koptim::linalg::newton_scalars", c);
     Kokkos::deep_copy(space, scalars,
                       Kokkos::View<const NewtonScalars<T>*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
                           sc.data(), c));
-    Kokkos::deep_copy(
-        space, active,
-        Kokkos::View<const int*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(running.data(), c));
-    // X = z^(1/p) I, M = z A.
-    Kokkos::parallel_for(
-        "koptim::linalg::newton_start", Policy(space, c, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
-          const int g = team.league_rank(), b = idx(g);
-          if (active(g) == 0) return;
-          const NewtonScalars<T> s = scalars(g);
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n * n), [&](const int t) {
-            const int i = t % n, j = t / n;
-            Y(i, g * n + j) = i == j ? s.zr : T(0);
-            M(i, g * n + j) = s.zt * (static_cast<T>(L(b, i, j)) + (i == j ? s.eps : T(0)));
+    Kokkos::deep_copy(space, active, HostInput(running.data(), c));
+    // X = z^(1/p) I, M = z A (the first buffers).
+    {
+      const Buffer Y = Ys[0], M = Ms[0];
+      Kokkos::parallel_for(
+          "koptim::linalg::newton_start", Policy(space, c, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
+            const int g = team.league_rank(), b = idx(g);
+            if (active(g) == 0) return;
+            const NewtonScalars<T> s = scalars(g);
+            Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n * n), [&](const int t) {
+              const int i = t % n, j = t / n;
+              Y(i, g * n + j) = i == j ? s.zr : T(0);
+              M(i, g * n + j) = s.zt * (static_cast<T>(L(b, i, j)) + (i == j ? s.eps : T(0)));
+            });
           });
-        });
-    // err(g) = max|M - I| (infinity when M holds a NaN or an infinity: the max would compare a NaN,
-    // which traps under FE_INVALID) of the running factors, and whether each keeps running (at
-    // most max_iterations: the host counts them and stops the loop).
-    const auto residuals = [&]() {
+    }
+    // For the running factors, with M in buffer `cur`: err(g) = max|M - I| (-1 when M holds a NaN
+    // or an infinity: the max would compare a NaN, which traps under FE_INVALID), whether the
+    // factor keeps running (the host counts the iterations), and then its next
+    // M_p = ((p + 1) I - M) / p into B1. The residuals come to the host; the factors that stop
+    // keep their last X in buffer `cur`.
+    std::vector<int> parity(c, 0);
+    std::vector<double> last_err(c, 0.0);
+    const auto residuals = [&](int cur) {
+      const Buffer M = Ms[cur];
       Kokkos::parallel_for(
           "koptim::linalg::newton_residual", Policy(space, c, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
             const int g = team.league_rank();
@@ -670,48 +682,43 @@ std::vector<RootInfo> newton_roots(const ExecSpace& space, RootWorkspace<typenam
                   },
                   Kokkos::Max<T>(mx));
             }
-            Kokkos::single(Kokkos::PerTeam(team), [&]() {
-              const NewtonScalars<T> s = scalars(g);
-              const double e           = static_cast<double>(mx);
-              err(g)                   = bad > 0 ? -1.0 : e;  // -1: not finite
-              active(g)                = bad == 0 && e > s.tolerance && e <= s.diverged ? 1 : 0;
-            });
-          });
-      Kokkos::deep_copy(space, HostDoubles(err_h.data(), c), err);
-      space.fence();
-      for (int g = 0; g < c; ++g) {
-        if (err_h[g] < 0.0) err_h[g] = std::numeric_limits<double>::infinity();
-        if (!running[g]) continue;
-        // The same decision as the kernel's, on the same values.
-        const double e = err_h[g];
-        running[g]     = koptim::Impl::is_finite(e) && e > sc[g].tolerance && e <= sc[g].diverged;
-      }
-    };
-    std::vector<double> last_err(c, 0.0);
-    std::vector<int> iterations(c, 0);
-    std::vector<char> started(running.begin(), running.end());
-    residuals();
-    for (int g = 0; g < c; ++g) last_err[g] = err_h[g];
-    for (int it = 1; it <= max_iterations; ++it) {
-      if (std::none_of(running.begin(), running.end(), [](int r) { return r != 0; })) break;
-      // M_p = ((p + 1) I - M) / p into B1.
-      Kokkos::parallel_for(
-          "koptim::linalg::newton_step", Policy(space, c, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
-            const int g = team.league_rank();
-            if (active(g) == 0) return;
             const NewtonScalars<T> s = scalars(g);
+            const double e           = static_cast<double>(mx);
+            const bool next          = bad == 0 && e > s.tolerance && e <= s.diverged;
+            team.team_barrier();
+            Kokkos::single(Kokkos::PerTeam(team), [&]() {
+              err(g)    = bad > 0 ? -1.0 : e;
+              active(g) = next ? 1 : 0;
+            });
+            if (!next) return;
             Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n * n), [&](const int t) {
               const int i = t % n, j = g * n + t / n;
               B1(i, j) = (t % n == t / n ? s.one_p1 : T(0)) - s.inv_p * M(i, j);
             });
           });
-      // Per running factor: Y M_p into YT; M_p^p by repeated squaring in the three buffers B (the
-      // product Pw, while M_p is squared, each result into the buffer neither holds; Pw starts
-      // as M_p itself); Pw M into MT.
+      Kokkos::deep_copy(space, HostDoubles(err_h.data(), c), err);
+      space.fence();
+      for (int g = 0; g < c; ++g) {
+        if (!running[g]) continue;
+        const double e = err_h[g] < 0.0 ? std::numeric_limits<double>::infinity() : err_h[g];
+        last_err[g]    = e;
+        parity[g]      = cur;
+        // The same decision as the kernel's, on the same values.
+        running[g] = koptim::Impl::is_finite(e) && e > sc[g].tolerance && e <= sc[g].diverged;
+      }
+    };
+    std::vector<int> iterations(c, 0);
+    int cur = 0;
+    residuals(cur);
+    for (int it = 1; it <= max_iterations; ++it) {
+      if (std::none_of(running.begin(), running.end(), [](int r) { return r != 0; })) break;
+      // Per running factor: Y M_p into the other Y buffer; M_p^p by repeated squaring in the
+      // three buffers B (the product Pw, while M_p is squared, each result into the buffer neither
+      // holds; Pw starts as M_p itself); Pw M into the other M buffer.
       for (int g = 0; g < c; ++g) {
         if (!running[g]) continue;
         ++iterations[g];
-        Impl::gemm(space, "N", "N", T(1), part(Y, g), part(B1, g), T(0), part(YT, g));
+        Impl::gemm(space, "N", "N", T(1), part(Ys[cur], g), part(B1, g), T(0), part(Ys[1 - cur], g));
         const auto other = [](int a, int b) { return a != 0 && b != 0 ? 0 : (a != 1 && b != 1 ? 1 : 2); };
         int mp = 0, pw = -1;
         for (int e = p[first + g]; e > 0; e >>= 1) {
@@ -730,25 +737,12 @@ std::vector<RootInfo> newton_roots(const ExecSpace& space, RootWorkspace<typenam
             mp = t;
           }
         }
-        Impl::gemm(space, "N", "N", T(1), part(B[pw], g), part(M, g), T(0), part(MT, g));
+        Impl::gemm(space, "N", "N", T(1), part(B[pw], g), part(Ms[cur], g), T(0), part(Ms[1 - cur], g));
       }
-      // Y <- YT, M <- MT for the running factors; then their residuals.
-      Kokkos::parallel_for(
-          "koptim::linalg::newton_copy", Policy(space, c, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
-            const int g = team.league_rank();
-            if (active(g) == 0) return;
-            Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n * n), [&](const int t) {
-              const int i = t % n, j = g * n + t / n;
-              Y(i, j) = YT(i, j);
-              M(i, j) = MT(i, j);
-            });
-          });
-      std::vector<int> was(running);
-      residuals();
-      for (int g = 0; g < c; ++g)
-        if (was[g]) last_err[g] = err_h[g];
+      cur = 1 - cur;
+      residuals(cur);
     }
-    // The outcome per factor; the finite roots go to X.
+    // The outcome per factor; the roots that are finite go to X.
     std::vector<int> ok(c, 0);
     for (int g = 0; g < c; ++g) {
       RootInfo& r = results[first + g];
@@ -764,32 +758,31 @@ std::vector<RootInfo> newton_roots(const ExecSpace& space, RootWorkspace<typenam
       r.newton_converged = e <= tolerance;
       ok[g]              = 1;
     }
-    Kokkos::deep_copy(
-        space, active,
-        Kokkos::View<const int*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(ok.data(), c));
-    Kokkos::parallel_for(
-        "koptim::linalg::newton_check", Policy(space, c, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
-          const int g = team.league_rank();
-          if (active(g) == 0) return;
-          int bad = 0;
-          Kokkos::parallel_reduce(
-              Kokkos::TeamThreadRange(team, n * n),
-              [&](const int t, int& cnt) {
-                if (!koptim::Impl::is_finite(Y(t % n, g * n + t / n))) ++cnt;
-              },
-              bad);
-          Kokkos::single(Kokkos::PerTeam(team), [&]() { active(g) = bad == 0 ? 1 : 0; });
-        });
+    Kokkos::deep_copy(space, active, HostInput(ok.data(), c));
+    Kokkos::deep_copy(space, in_second, HostInput(parity.data(), c));
+    const Buffer Y0 = Ys[0], Y1 = Ys[1];
     Kokkos::parallel_for(
         "koptim::linalg::newton_write", Policy(space, c, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
           const int g = team.league_rank(), b = idx(g);
           if (active(g) == 0) return;
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n * n), [&](const int t) {
-            const int i = t % n, j = t / n;
-            X(b, i, j) = Y(i, g * n + j);
-          });
+          const bool second = in_second(g) != 0;
+          int bad           = 0;
+          Kokkos::parallel_reduce(
+              Kokkos::TeamThreadRange(team, n * n),
+              [&](const int t, int& cnt) {
+                const T y = second ? Y1(t % n, g * n + t / n) : Y0(t % n, g * n + t / n);
+                if (!koptim::Impl::is_finite(y)) ++cnt;
+              },
+              bad);
+          if (bad == 0) {
+            Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n * n), [&](const int t) {
+              const int i = t % n, j = t / n;
+              X(b, i, j) = second ? Y1(i, g * n + j) : Y0(i, g * n + j);
+            });
+          }
+          team.team_barrier();
+          Kokkos::single(Kokkos::PerTeam(team), [&]() { active(g) = bad == 0 ? 1 : 0; });
         });
-    using HostInts = Kokkos::View<int*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
     Kokkos::deep_copy(space, HostInts(ok.data(), c), active);
     space.fence();
     for (int g = 0; g < c; ++g)

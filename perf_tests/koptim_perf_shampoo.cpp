@@ -198,13 +198,16 @@ void BM_BatchedJacobi_256x64(benchmark::State& state) {
 void BM_BatchedInverseRoot_256x64(benchmark::State& state) {
   const auto L = small_batch();
   Kokkos::View<float***> X("X", batch, small, small);
+  // Arg 0: LAPACK eigendecompositions, 1: the batched Jacobi solver, 2: the coupled Newton
+  // iteration (the whole batch iterating together).
   koptim::linalg::InverseRootOptions o;
-  o.solver = state.range(0) == 0 ? koptim::linalg::EighSolver::lapack : koptim::linalg::EighSolver::jacobi;
+  o.solver = state.range(0) == 1 ? koptim::linalg::EighSolver::jacobi : koptim::linalg::EighSolver::lapack;
+  if (state.range(0) == 2) o.method = koptim::linalg::RootMethod::coupled_newton;
   for (auto _ : state) {
     auto info = koptim::linalg::batched_inverse_root(L, X, 0.25, o);
     benchmark::DoNotOptimize(info.data());
   }
-  state.SetLabel(state.range(0) == 0 ? "lapack" : "jacobi");
+  state.SetLabel(state.range(0) == 0 ? "lapack" : (state.range(0) == 1 ? "jacobi" : "coupled_newton"));
 }
 
 // The optimizers the MLP benchmarks compare: method 0 AdamW, 1 Shampoo with precondition_frequency 1,
@@ -374,7 +377,7 @@ BENCHMARK(BM_EigenbasisQr)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_KoptimInverseRootLapack)->Arg(64)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_LoopSsyevd_256x64)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_BatchedJacobi_256x64)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_BatchedInverseRoot_256x64)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_BatchedInverseRoot_256x64)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
 // Many small blocks: the transformer-shaped parameter set (layers of d_model 512, see
 // koptim_PerfModels.hpp) with max_preconditioner_dim 128, so that every matrix is cut into
 // 128 x 128 blocks (12 layers: 2304 of them, and 624 blocks of 128 of the vectors). variant 0:

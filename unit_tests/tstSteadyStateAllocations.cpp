@@ -289,19 +289,20 @@ std::vector<std::string>& launches() {
 }
 void on_launch(const char* name, std::uint32_t, std::uint64_t*) { launches().push_back(name); }
 
+// f for the start of every parallel_for, parallel_reduce and parallel_scan (null: none).
+void set_kernel_callbacks(Kokkos_Profiling_beginFunction f) {
+  Kokkos::Tools::Experimental::set_begin_parallel_for_callback(f);
+  Kokkos::Tools::Experimental::set_begin_parallel_reduce_callback(f);
+  Kokkos::Tools::Experimental::set_begin_parallel_scan_callback(f);
+}
+
 class LaunchCounter {
  public:
   LaunchCounter() {
     launches().clear();
-    Kokkos::Tools::Experimental::set_begin_parallel_for_callback(on_launch);
-    Kokkos::Tools::Experimental::set_begin_parallel_reduce_callback(on_launch);
-    Kokkos::Tools::Experimental::set_begin_parallel_scan_callback(on_launch);
+    set_kernel_callbacks(on_launch);
   }
-  ~LaunchCounter() {
-    Kokkos::Tools::Experimental::set_begin_parallel_for_callback(nullptr);
-    Kokkos::Tools::Experimental::set_begin_parallel_reduce_callback(nullptr);
-    Kokkos::Tools::Experimental::set_begin_parallel_scan_callback(nullptr);
-  }
+  ~LaunchCounter() { set_kernel_callbacks(nullptr); }
   LaunchCounter(const LaunchCounter&)            = delete;
   LaunchCounter& operator=(const LaunchCounter&) = delete;
 
@@ -403,15 +404,11 @@ class InstanceRecorder {
  public:
   InstanceRecorder() {
     instance_events().clear();
-    Kokkos::Tools::Experimental::set_begin_parallel_for_callback(on_instance_kernel);
-    Kokkos::Tools::Experimental::set_begin_parallel_reduce_callback(on_instance_kernel);
-    Kokkos::Tools::Experimental::set_begin_parallel_scan_callback(on_instance_kernel);
+    set_kernel_callbacks(on_instance_kernel);
     Kokkos::Tools::Experimental::set_begin_fence_callback(on_instance_fence);
   }
   ~InstanceRecorder() {
-    Kokkos::Tools::Experimental::set_begin_parallel_for_callback(nullptr);
-    Kokkos::Tools::Experimental::set_begin_parallel_reduce_callback(nullptr);
-    Kokkos::Tools::Experimental::set_begin_parallel_scan_callback(nullptr);
+    set_kernel_callbacks(nullptr);
     Kokkos::Tools::Experimental::set_begin_fence_callback(nullptr);
   }
   InstanceRecorder(const InstanceRecorder&)            = delete;

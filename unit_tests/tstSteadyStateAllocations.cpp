@@ -322,6 +322,20 @@ class LaunchCounter {
   }
 };
 
+// f(case, device_path, label) for every case, and Shampoo's cases also through its device path
+// (Shampoo::batch_blocks_on_host(false), as on a GPU), each traced with its label.
+template <class F>
+void for_each_case_and_path(const F& f) {
+  for (auto& c : cases()) {
+    for (const bool device_path : {false, true}) {
+      if (device_path && c.label.rfind("Shampoo", 0) != 0) continue;
+      const std::string label = c.label + (device_path ? ", device path" : "");
+      SCOPED_TRACE(label + " on " + std::to_string(world()->size()) + " ranks");
+      f(c, device_path, label);
+    }
+  }
+}
+
 // A steady-state step launches the same number of kernels for a model with three times as many
 // parameters and blocks of each shape. The diagonal optimizers: one kernel per scalar type and
 // parameter group for all their parameters (multi-tensor), plus the gradient check's one.
@@ -340,44 +354,38 @@ TEST(SteadyState, LaunchesDoNotGrowWithTheBlocks) {
   auto counted_label = [](const std::string& l) {
     return l.rfind("koptim::linalg::mirror_lower", 0) != 0 && l.rfind("KokkosBlas", 0) != 0;
   };
-  for (auto& c : cases()) {
-    for (const bool device_path : {false, true}) {
-      const bool shampoo = c.label.rfind("Shampoo", 0) == 0;
-      if (device_path && !shampoo) continue;
-      const std::string label = c.label + (device_path ? ", device path" : "");
-      SCOPED_TRACE(label + " on " + std::to_string(world()->size()) + " ranks");
-      std::int64_t counted[2] = {0, 0};
-      std::string reports[2];
-      for (int w = 0; w < 2; ++w)
-        counted[w] = steady_steps(c, w == 0 ? 2 : 6, device_path, [&](koptim::Optimizer& opt, int s) {
-          LaunchCounter count;
-          opt.step();
-          if (s == 10) reports[w] = LaunchCounter::report();
-          return std::count_if(launches().begin(), launches().end(), counted_label);
-        });
-      if (world()->rank() == 0)
-        std::printf("[ launches ] %-55s %6.1f per step (2 copies), %6.1f (6 copies)\n", label.c_str(), counted[0] / 6.0,
-                    counted[1] / 6.0);
-      // Gefen's factored tensors (the 150 x 70 floats of each copy) go in waves of
-      // gefen::host_wave_bytes per host thread on host backends: 4 launches (3 for the factors,
-      // 1 for the update) per wave after the first, over 6 steps.
-      std::int64_t extra = 0;
-      if (c.label == "Gefen, p = 1, factored" &&
-          std::is_same<koptim::ExecutionSpace, Kokkos::DefaultHostExecutionSpace>::value) {
-        const std::int64_t bytes = 150 * 70 * sizeof(float);
-        const std::int64_t per_wave =
-            std::max<std::int64_t>(1, koptim::gefen::host_wave_bytes * koptim::ExecutionSpace().concurrency() / bytes);
-        const auto waves = [&](std::int64_t copies) { return (copies * world()->size() + per_wave - 1) / per_wave; };
-        extra            = 6 * 4 * (waves(6) - waves(2));
-      }
-      if (c.label.find("coupled Newton") != std::string::npos)
-        EXPECT_LE(counted[1], counted[0] + counted[0] / 10);
-      else
-        EXPECT_EQ(counted[1], counted[0] + extra) << "the last step, 2 copies:\n"
-                                                  << reports[0] << "6 copies:\n"
-                                                  << reports[1];
+  for_each_case_and_path([&](const Case& c, bool device_path, const std::string& label) {
+    std::int64_t counted[2] = {0, 0};
+    std::string reports[2];
+    for (int w = 0; w < 2; ++w)
+      counted[w] = steady_steps(c, w == 0 ? 2 : 6, device_path, [&](koptim::Optimizer& opt, int s) {
+        LaunchCounter count;
+        opt.step();
+        if (s == 10) reports[w] = LaunchCounter::report();
+        return std::count_if(launches().begin(), launches().end(), counted_label);
+      });
+    if (world()->rank() == 0)
+      std::printf("[ launches ] %-55s %6.1f per step (2 copies), %6.1f (6 copies)\n", label.c_str(), counted[0] / 6.0,
+                  counted[1] / 6.0);
+    // Gefen's factored tensors (the 150 x 70 floats of each copy) go in waves of
+    // gefen::host_wave_bytes per host thread on host backends: 4 launches (3 for the factors,
+    // 1 for the update) per wave after the first, over 6 steps.
+    std::int64_t extra = 0;
+    if (c.label == "Gefen, p = 1, factored" &&
+        std::is_same<koptim::ExecutionSpace, Kokkos::DefaultHostExecutionSpace>::value) {
+      const std::int64_t bytes = 150 * 70 * sizeof(float);
+      const std::int64_t per_wave =
+          std::max<std::int64_t>(1, koptim::gefen::host_wave_bytes * koptim::ExecutionSpace().concurrency() / bytes);
+      const auto waves = [&](std::int64_t copies) { return (copies * world()->size() + per_wave - 1) / per_wave; };
+      extra            = 6 * 4 * (waves(6) - waves(2));
     }
-  }
+    if (c.label.find("coupled Newton") != std::string::npos)
+      EXPECT_LE(counted[1], counted[0] + counted[0] / 10);
+    else
+      EXPECT_EQ(counted[1], counted[0] + extra) << "the last step, 2 copies:\n"
+                                                << reports[0] << "6 copies:\n"
+                                                << reports[1];
+  });
 }
 
 // Kernels and fences of a step, with the Kokkos Tools device id of the instance each was on.
@@ -435,43 +443,36 @@ koptim::ExecutionSpace new_instance() {
 TEST(SteadyState, StepRunsOnTheCallersInstance) {
   const koptim::ExecutionSpace exec = new_instance();
   const std::uint32_t id            = Kokkos::Tools::Experimental::device_id(exec);
-  for (auto& c : cases()) {
-    for (const bool device_path : {false, true}) {
-      const bool shampoo = c.label.rfind("Shampoo", 0) == 0;
-      if (device_path && !shampoo) continue;
-      const std::string label = c.label + (device_path ? ", device path" : "");
-      SCOPED_TRACE(label + " on " + std::to_string(world()->size()) + " ranks");
-      WideModel on_exec(2 * world()->size()), on_default(2 * world()->size());
-      auto make = [&](WideModel& m) {
-        auto opt = c.distributed ? koptim::create(m.params, c.list, world()) : koptim::create(m.params, c.list);
-        if (device_path) dynamic_cast<koptim::Shampoo&>(*opt).batch_blocks_on_host(false);
-        return opt;
-      };
-      auto a = make(on_exec), b = make(on_default);
-      std::vector<InstanceEvent> events;
-      for (int s = 1; s <= 10; ++s) {
-        on_exec.gradients(s);
-        on_default.gradients(s);
-        if (s <= 4) {
-          a->step(exec);  // the first steps build state (Gefen's codebook, the first roots)
-        } else {
-          InstanceRecorder record;
-          a->step(exec);
-          events.insert(events.end(), instance_events().begin(), instance_events().end());
-        }
-        b->step();
+  for_each_case_and_path([&](const Case& c, bool device_path, const std::string&) {
+    WideModel on_exec(2 * world()->size()), on_default(2 * world()->size());
+    auto make = [&](WideModel& m) {
+      auto opt = c.distributed ? koptim::create(m.params, c.list, world()) : koptim::create(m.params, c.list);
+      if (device_path) dynamic_cast<koptim::Shampoo&>(*opt).batch_blocks_on_host(false);
+      return opt;
+    };
+    auto a = make(on_exec), b = make(on_default);
+    std::vector<InstanceEvent> events;
+    for (int s = 1; s <= 10; ++s) {
+      on_exec.gradients(s);
+      on_default.gradients(s);
+      if (s <= 4) {
+        a->step(exec);  // the first steps build state (Gefen's codebook, the first roots)
+      } else {
+        InstanceRecorder record;
+        a->step(exec);
+        events.insert(events.end(), instance_events().begin(), instance_events().end());
       }
-      exec.fence();
-      ASSERT_FALSE(events.empty());
-      std::string wrong;
-      for (const auto& e : events)
-        if (e.device != id)
-          wrong += "  " + e.what + " '" + e.name + "' on device id " + std::to_string(e.device) + "\n";
-      EXPECT_TRUE(wrong.empty()) << "exec has device id " << id << "; off it in steady-state steps:\n" << wrong;
-      for (std::size_t k = 0; k < on_exec.f.size(); ++k) EXPECT_EQ(on_exec.f[k]->get(), on_default.f[k]->get()) << k;
-      for (std::size_t k = 0; k < on_exec.d.size(); ++k) EXPECT_EQ(on_exec.d[k]->get(), on_default.d[k]->get()) << k;
+      b->step();
     }
-  }
+    exec.fence();
+    ASSERT_FALSE(events.empty());
+    std::string wrong;
+    for (const auto& e : events)
+      if (e.device != id) wrong += "  " + e.what + " '" + e.name + "' on device id " + std::to_string(e.device) + "\n";
+    EXPECT_TRUE(wrong.empty()) << "exec has device id " << id << "; off it in steady-state steps:\n" << wrong;
+    for (std::size_t k = 0; k < on_exec.f.size(); ++k) EXPECT_EQ(on_exec.f[k]->get(), on_default.f[k]->get()) << k;
+    for (std::size_t k = 0; k < on_exec.d.size(); ++k) EXPECT_EQ(on_exec.d[k]->get(), on_default.d[k]->get()) << k;
+  });
 }
 
 // The recorder sees a global fence under an id that is not an instance's, and a kernel on exec

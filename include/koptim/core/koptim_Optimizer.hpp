@@ -79,7 +79,7 @@ class Optimizer {
   // execution-space instance exec (the default instance unless given): every kernel, copy and
   // fence of the step is on exec, ordered after the work queued on it before (the gradients), and
   // the work queued on it after sees the updated parameters. The step waits on exec only where a
-  // result must reach the host (docs/architecture.md, "What a step waits for").
+  // result must reach the host (docs/architecture.md, "Execution-space instances").
   void step(const ExecutionSpace& exec = ExecutionSpace());
 
   // Steps taken (skipped steps are not counted).

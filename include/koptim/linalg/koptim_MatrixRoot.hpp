@@ -583,11 +583,11 @@ std::vector<RootInfo> newton_roots(const ExecSpace& space, RootWorkspace<typenam
       return Kokkos::subview(V, Kokkos::ALL(), std::make_pair(g * n, (g + 1) * n));
     };
     const std::vector<int> mine(which.begin() + first, which.begin() + first + c);
-    const auto idx       = to_device(space, ws, mine, "koptim::linalg::newton_idx");
-    const auto fro2      = ws.template vector<double>("koptim::linalg::newton_norm", c);
-    const auto err       = ws.template vector<double>("koptim::linalg::newton_error", c);
-    const auto active    = ws.template vector<int>("koptim::linalg::newton_running", c);
-    const auto in_second = ws.template vector<int>("koptim::linalg::newton_parity", c);
+    const auto idx         = to_device(space, ws, mine, "koptim::linalg::newton_idx");
+    const auto fro2        = ws.template vector<double>("koptim::linalg::newton_norm", c);
+    const auto err         = ws.template vector<double>("koptim::linalg::newton_error", c);
+    const auto active      = ws.template vector<int>("koptim::linalg::newton_running", c);
+    const auto from_second = ws.template vector<int>("koptim::linalg::newton_from_second", c);
     // ||A||_F^2 of every factor of the chunk, in double.
     Kokkos::parallel_for(
         "koptim::linalg::newton_norm", Policy(space, c, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
@@ -758,35 +758,23 @@ std::vector<RootInfo> newton_roots(const ExecSpace& space, RootWorkspace<typenam
       r.newton_converged = e <= tolerance;
       ok[g]              = 1;
     }
-    Kokkos::deep_copy(space, active, HostInput(ok.data(), c));
-    Kokkos::deep_copy(space, in_second, HostInput(parity.data(), c));
-    const Buffer Y0 = Ys[0], Y1 = Ys[1];
-    Kokkos::parallel_for(
-        "koptim::linalg::newton_write", Policy(space, c, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
-          const int g = team.league_rank(), b = idx(g);
-          if (active(g) == 0) return;
-          const bool second = in_second(g) != 0;
-          int bad           = 0;
-          Kokkos::parallel_reduce(
-              Kokkos::TeamThreadRange(team, n * n),
-              [&](const int t, int& cnt) {
-                const T y = second ? Y1(t % n, g * n + t / n) : Y0(t % n, g * n + t / n);
-                if (!koptim::Impl::is_finite(y)) ++cnt;
-              },
-              bad);
-          if (bad == 0) {
-            Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n * n), [&](const int t) {
-              const int i = t % n, j = t / n;
-              X(b, i, j) = second ? Y1(i, g * n + j) : Y0(i, g * n + j);
-            });
-          }
-          team.team_barrier();
-          Kokkos::single(Kokkos::PerTeam(team), [&]() { active(g) = bad == 0 ? 1 : 0; });
-        });
-    Kokkos::deep_copy(space, HostInts(ok.data(), c), active);
+    // The finite roots to X (write_finite_roots), from the buffer each factor stopped in: the
+    // factors to write from the first buffer flagged in `active`, from the second in `from_second`.
+    std::vector<int> from[2] = {std::vector<int>(c, 0), std::vector<int>(c, 0)};
+    for (int g = 0; g < c; ++g) from[parity[g]][g] = ok[g];
+    const decltype(active) flags[2] = {active, from_second};
+    for (int k = 0; k < 2; ++k) {
+      // Matrix g, entry (i, j) of buffer k is at i + (g n + j) n: a batch with those strides.
+      const Kokkos::View<const T***, Kokkos::LayoutStride, typename LView::memory_space,
+                         Kokkos::MemoryTraits<Kokkos::Unmanaged>>
+          Yk(Ys[k].data(), Kokkos::LayoutStride(c, static_cast<std::size_t>(n) * n, n, 1, n, n));
+      Kokkos::deep_copy(space, flags[k], HostInput(from[k].data(), c));
+      write_finite_roots(space, X, Yk, idx, flags[k]);
+      Kokkos::deep_copy(space, HostInts(from[k].data(), c), flags[k]);
+    }
     space.fence();
     for (int g = 0; g < c; ++g)
-      if (started[g] && results[first + g].status == RootStatus::success && ok[g] == 0)
+      if (ok[g] != 0 && from[parity[g]][g] == 0)  // a finite iteration whose X is not finite
         results[first + g].status = RootStatus::nonfinite_output;
   }
   return results;

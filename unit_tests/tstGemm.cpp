@@ -2,13 +2,17 @@
 // mode of tensors of order 2 to 4, in float and double: Gram matrices of unfoldings
 // (L <- beta L + alpha G_(j) G_(j)^T; through BLAS syrk and a mirrored triangle in host
 // memory, GEMM elsewhere: the result must be exactly symmetric either way) and mode products;
-// with host memory also their host-serial forms.
+// with host memory also their host-serial forms. Batched GEMM (koptim_BatchedGemm.hpp) against
+// sums in double, through the portable kernel and the automatic choice (cuBLAS on a CUDA build),
+// and ProductPlan against the products one at a time.
+#include <koptim/linalg/koptim_BatchedGemm.hpp>
 #include <koptim/linalg/koptim_Gemm.hpp>
 
 #include <gtest/gtest.h>
 
 #include <Kokkos_Core.hpp>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -135,5 +139,176 @@ void check_mode_products(double tol) {
 
 TEST(Gemm, ModeProductsFloat) { check_mode_products<float>(2e-5); }
 TEST(Gemm, ModeProductsDouble) { check_mode_products<double>(1e-13); }
+
+using koptim::linalg::BatchedGemmBackend;
+using koptim::linalg::GemmShape;
+
+// A table of operand addresses in device memory, in the layout of Impl::GemmOperands.
+Kokkos::View<std::uintptr_t*> address_table(const std::vector<std::array<std::uintptr_t, 3>>& ops) {
+  const std::size_t n = ops.size();
+  Kokkos::View<std::uintptr_t*> t("addresses", 3 * n);
+  auto h = Kokkos::create_mirror_view(t);
+  for (std::size_t i = 0; i < n; ++i)
+    for (int c = 0; c < 3; ++c) h(c * n + i) = ops[i][c];
+  Kokkos::deep_copy(t, h);
+  return t;
+}
+
+// Batches of every op combination and of sizes around the 32 x 32 tile (1, 31, 33, 70; k = 0),
+// leading dimensions beyond the rows, beta = 0 over a C of NaN (BLAS: C is not read) and
+// beta != 0: every element against the sum in double of the same values.
+template <class T>
+void check_gemm_batched(BatchedGemmBackend backend, double tol) {
+  std::mt19937 rng(11);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  const std::vector<std::array<int, 3>> sizes = {{1, 1, 1}, {31, 33, 70}, {33, 1, 31}, {70, 40, 0}, {64, 64, 64}};
+  for (const char ta : {'N', 'T'})
+    for (const char tb : {'N', 'T'})
+      for (const auto& mnk : sizes)
+        for (const double beta : {0.0, 0.5}) {
+          const int m = mnk[0], n = mnk[1], k = mnk[2];
+          SCOPED_TRACE(::testing::Message() << ta << tb << " m " << m << " n " << n << " k " << k << " beta " << beta);
+          GemmShape s{ta, tb, m, n, k, 0, 0, m + 3};
+          const int ra = ta == 'N' ? m : k, ca = ta == 'N' ? k : m, rb = tb == 'N' ? k : n, cb = tb == 'N' ? n : k;
+          s.lda                 = ra + 2;
+          s.ldb                 = rb + 1;
+          const int count       = 5;
+          const std::int64_t sa = std::int64_t(s.lda) * ca, sb = std::int64_t(s.ldb) * cb, sc = std::int64_t(s.ldc) * n;
+          std::vector<double> a(count * sa), b(count * sb), c(count * sc);
+          for (auto& x : a) x = static_cast<double>(static_cast<T>(normal(rng)));
+          for (auto& x : b) x = static_cast<double>(static_cast<T>(normal(rng)));
+          for (auto& x : c) x = beta == 0.0 ? std::nan("") : static_cast<double>(static_cast<T>(normal(rng)));
+          const auto A = device_copy<T>(a), B = device_copy<T>(b), C = device_copy<T>(c);
+          // The problems in another order than their storage.
+          std::vector<std::array<std::uintptr_t, 3>> ops;
+          for (int i = count - 1; i >= 0; --i)
+            ops.push_back({reinterpret_cast<std::uintptr_t>(A.data() + i * sa),
+                           reinterpret_cast<std::uintptr_t>(B.data() + i * sb),
+                           reinterpret_cast<std::uintptr_t>(C.data() + i * sc)});
+          const auto table   = address_table(ops);
+          const double alpha = -1.5;
+          koptim::linalg::gemm_batched(koptim::ExecutionSpace(), s, static_cast<T>(alpha),
+                                       koptim::linalg::Impl::GemmOperands<T>{table.data(), count, 0, count},
+                                       static_cast<T>(beta), backend);
+          const auto got = host_values(C);
+          for (int p = 0; p < count; ++p)
+            for (int j = 0; j < n; ++j)
+              for (int i = 0; i < s.ldc; ++i) {
+                const double before = c[p * sc + i + std::int64_t(j) * s.ldc];
+                const double now    = got[p * sc + i + std::int64_t(j) * s.ldc];
+                if (i >= m) {  // between the columns: untouched
+                  EXPECT_TRUE(std::isnan(before) ? std::isnan(now) : now == before) << p << " " << i << " " << j;
+                  continue;
+                }
+                double sum = 0, mag = 0;
+                for (int l = 0; l < k; ++l) {
+                  const double x =
+                      ta == 'N' ? a[p * sa + i + std::int64_t(l) * s.lda] : a[p * sa + l + std::int64_t(i) * s.lda];
+                  const double y =
+                      tb == 'N' ? b[p * sb + l + std::int64_t(j) * s.ldb] : b[p * sb + j + std::int64_t(l) * s.ldb];
+                  sum += x * y;
+                  mag += std::abs(x * y);
+                }
+                const double kept   = beta == 0.0 ? 0.0 : beta * before;  // before is NaN when beta = 0
+                const double expect = alpha * sum + kept;
+                EXPECT_NEAR(now, expect, tol * (1.0 + std::abs(alpha) * mag + std::abs(kept)))
+                    << "problem " << p << " C(" << i << ", " << j << ")";
+              }
+        }
+}
+
+TEST(Gemm, BatchedPortableFloat) { check_gemm_batched<float>(BatchedGemmBackend::portable, 1e-6); }
+TEST(Gemm, BatchedPortableDouble) { check_gemm_batched<double>(BatchedGemmBackend::portable, 1e-14); }
+TEST(Gemm, BatchedAutomaticFloat) { check_gemm_batched<float>(BatchedGemmBackend::automatic, 1e-6); }
+TEST(Gemm, BatchedAutomaticDouble) { check_gemm_batched<double>(BatchedGemmBackend::automatic, 1e-14); }
+
+// A plan of Gram matrices and chained mode products over `copies` tensors of each of four shapes
+// (orders 1 to 3; every mode), against the same products made one at a time: to the bit through
+// the host form (the same BLAS calls), to rounding through the GEMM groups. The groups do not
+// depend on how many tensors share a shape.
+template <class T>
+void check_product_plan(BatchedGemmBackend backend, double tol) {
+  std::mt19937 rng(5);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  const std::vector<Shape> shapes = {{6}, {7, 5}, {3, 4, 6}, {2, 9, 1}};
+  std::size_t groups[2]           = {0, 0};
+  for (const int copies : {1, 3}) {
+    SCOPED_TRACE(::testing::Message() << copies << " copies");
+    koptim::linalg::ProductPlan<T> grams, modes;
+    struct Case {
+      Shape shape;
+      Kokkos::View<T*> g, y0, y1;                 // y0 = g x_0 A_0 (stage 0), y1 = y0 x_last A_last (stage 1)
+      std::vector<Kokkos::View<T*>> L, L_one, A;  // per mode: factor (plan, one at a time), matrix
+      Kokkos::View<T*> y0_one, y1_one;
+    };
+    std::vector<Case> cases;
+    for (int c = 0; c < copies; ++c)
+      for (const auto& shape : shapes) {
+        Case k;
+        k.shape              = shape;
+        const std::int64_t n = product(shape);
+        std::vector<double> g(n);
+        for (auto& x : g) x = static_cast<double>(static_cast<T>(normal(rng)));
+        k.g  = device_copy<T>(g);
+        k.y0 = Kokkos::View<T*>("y0", n), k.y1 = Kokkos::View<T*>("y1", n);
+        k.y0_one = Kokkos::View<T*>("y0", n), k.y1_one = Kokkos::View<T*>("y1", n);
+        for (std::size_t j = 0; j < shape.size(); ++j) {
+          const std::int64_t d = shape[j];
+          std::vector<double> l0(d * d), a(d * d);
+          for (std::int64_t r = 0; r < d; ++r)
+            for (std::int64_t q = 0; q <= r; ++q)
+              l0[r * d + q] = l0[q * d + r] = static_cast<double>(static_cast<T>(normal(rng)));
+          for (auto& x : a) x = static_cast<double>(static_cast<T>(normal(rng)));
+          k.L.push_back(device_copy<T>(l0));
+          k.L_one.push_back(device_copy<T>(l0));
+          k.A.push_back(device_copy<T>(a));
+        }
+        cases.push_back(k);
+      }
+    for (auto& k : cases) {
+      const int last = static_cast<int>(k.shape.size()) - 1;
+      for (int j = 0; j <= last; ++j) grams.add_gram(0, k.g.data(), k.shape, j, k.L[j].data());
+      modes.add_mode_product(0, k.g.data(), k.shape, 0, k.A[0].data(), 'N', k.y0.data());
+      modes.add_mode_product(1, k.y0.data(), k.shape, last, k.A[last].data(), 'T', k.y1.data());
+    }
+    grams.finish();
+    modes.finish();
+    const koptim::ExecutionSpace exec;
+    grams.run(exec, T(0.25), T(0.5), backend);
+    modes.run(exec, T(1), T(0), backend);
+    exec.fence();
+    for (auto& k : cases) {
+      const int last = static_cast<int>(k.shape.size()) - 1;
+      for (int j = 0; j <= last; ++j)
+        koptim::linalg::gram_of_unfolding<T>(exec, k.g.data(), k.shape, j, T(0.25), T(0.5), k.L_one[j].data());
+      koptim::linalg::mode_product<T>(exec, k.g.data(), k.shape, 0, k.A[0].data(), 'N', k.y0_one.data());
+      koptim::linalg::mode_product<T>(exec, k.y0_one.data(), k.shape, last, k.A[last].data(), 'T', k.y1_one.data());
+      exec.fence();
+      std::vector<std::pair<Kokkos::View<T*>, Kokkos::View<T*>>> pairs = {{k.y0, k.y0_one}, {k.y1, k.y1_one}};
+      for (int j = 0; j <= last; ++j) pairs.push_back({k.L[j], k.L_one[j]});
+      for (const auto& pr : pairs) {
+        const auto got = host_values(pr.first), expect = host_values(pr.second);
+        if (host_memory && backend == BatchedGemmBackend::automatic) {
+          EXPECT_EQ(got, expect);
+          continue;
+        }
+        ASSERT_EQ(got.size(), expect.size());
+        for (std::size_t e = 0; e < got.size(); ++e) EXPECT_NEAR(got[e], expect[e], tol * (1.0 + std::abs(expect[e])));
+      }
+    }
+    groups[copies == 1 ? 0 : 1] = grams.groups() + modes.groups();
+  }
+  EXPECT_EQ(groups[0], groups[1]);
+  EXPECT_GT(groups[0], 0u);
+}
+
+TEST(Gemm, ProductPlanFloat) {
+  check_product_plan<float>(BatchedGemmBackend::automatic, 1e-5);
+  check_product_plan<float>(BatchedGemmBackend::portable, 1e-5);
+}
+TEST(Gemm, ProductPlanDouble) {
+  check_product_plan<double>(BatchedGemmBackend::automatic, 1e-13);
+  check_product_plan<double>(BatchedGemmBackend::portable, 1e-13);
+}
 
 }  // namespace

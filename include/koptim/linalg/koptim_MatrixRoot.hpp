@@ -25,6 +25,7 @@
 #include <koptim/core/impl/koptim_Math.hpp>
 #include <koptim/core/impl/koptim_Profiling.hpp>
 #include <koptim/linalg/koptim_Eigensolver.hpp>
+#include <koptim/linalg/koptim_BatchedGemm.hpp>
 #include <koptim/linalg/koptim_Gemm.hpp>
 #include <koptim/linalg/koptim_RootOptions.hpp>
 
@@ -391,12 +392,71 @@ struct EigenOutcome {
   std::vector<int> ok;      // root computed and finite
 };
 
+// P(g) = Q(g)^T B(g) (eigenvectors in rows) or B(g) Q(g)^T (in columns) for the matrices g with
+// ok[g] != 0 (host values), every matrix n x n, row-major and contiguous in its batch. Row-major
+// storage of M is column-major M^T, so the products are P^T = B^T Q (a column-major GEMM 'N', 'T'
+// of the storages of B and Q) or P^T = Q B^T ('T', 'N' of Q and B). With host memory one BLAS
+// gemm per matrix, the matrices at once on the host threads (one on the calling thread, left to
+// a threaded BLAS); otherwise one batched GEMM over the matrices (gemm_batched: cuBLAS on a CUDA
+// build), its operand table in the workspace.
+template <class ExecSpace, class Mem, class BatchView>
+void root_products(const ExecSpace& space, RootWorkspace<Mem>& ws, const BatchView& Q, const BatchView& B,
+                   const BatchView& P, const std::vector<int>& ok, bool vectors_in_rows, BatchedGemmBackend backend) {
+  using T       = typename BatchView::non_const_value_type;
+  const int n   = static_cast<int>(P.extent(1));
+  const auto nn = static_cast<std::int64_t>(n) * n;
+  const char ta = vectors_in_rows ? 'N' : 'T', tb = vectors_in_rows ? 'T' : 'N';
+  const T* const qs = Q.data();
+  const T* const bs = B.data();
+  T* const ps       = P.data();
+  std::vector<std::int64_t> g;
+  for (std::size_t i = 0; i < ok.size(); ++i)
+    if (ok[i] != 0) g.push_back(static_cast<std::int64_t>(i));
+  if (g.empty() || n == 0) return;
+  const auto first  = [&](std::int64_t i) { return vectors_in_rows ? bs + i * nn : qs + i * nn; };
+  const auto second = [&](std::int64_t i) { return vectors_in_rows ? qs + i * nn : bs + i * nn; };
+  if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, Mem>::accessible) {
+    if (backend == BatchedGemmBackend::automatic) {
+      // The caller fenced space after the kernels that wrote B (it read ok).
+      const auto one = [=](const std::size_t k) {
+        const std::int64_t i = g[k];
+        Impl::blas_gemm(ta, tb, n, n, n, T(1), first(i), n, second(i), n, T(0), ps + i * nn, n);
+      };
+      if (g.size() == 1) {
+        one(0);
+        return;
+      }
+      const auto host = koptim::Impl::host_instance(space);
+      Kokkos::parallel_for(
+          "koptim::linalg::root_products",
+          Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace, Kokkos::Schedule<Kokkos::Dynamic>>(host, 0, g.size()),
+          one);
+      host.fence();
+      return;
+    }
+  }
+  const auto k = static_cast<std::int64_t>(g.size());
+  std::vector<std::uintptr_t> table(3 * k);
+  for (std::int64_t j = 0; j < k; ++j) {
+    table[j]         = reinterpret_cast<std::uintptr_t>(first(g[j]));
+    table[k + j]     = reinterpret_cast<std::uintptr_t>(second(g[j]));
+    table[2 * k + j] = reinterpret_cast<std::uintptr_t>(ps + g[j] * nn);
+  }
+  auto d = ws.template vector<std::uintptr_t>("koptim::linalg::root_product_operands", table.size());
+  Kokkos::deep_copy(space, d,
+                    Kokkos::View<const std::uintptr_t*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+                        table.data(), table.size()));
+  gemm_batched(space, GemmShape{ta, tb, n, n, n, n, n, n}, T(1), Impl::GemmOperands<T>{d.data(), k, 0, k}, T(0),
+               backend);
+}
+
 // The general eigen path for the matrices `which` of L, in precision Tw; successful roots go
 // to X.
 template <class Tw, class ExecSpace, class LView, class XView, class ExpView>
 EigenOutcome eigen_roots(const ExecSpace& space, RootWorkspace<typename LView::memory_space>& ws, const LView& L,
                          const XView& X, const ExpView& a, const std::vector<int>& which, const RootScalars& rs,
-                         bool use_lapack, const JacobiOptions& jopt) {
+                         bool use_lapack, const JacobiOptions& jopt,
+                         BatchedGemmBackend products = BatchedGemmBackend::automatic) {
   using Mem    = typename LView::memory_space;
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
   using Member = typename Policy::member_type;
@@ -502,18 +562,9 @@ EigenOutcome eigen_roots(const ExecSpace& space, RootWorkspace<typename LView::m
         });
       });
   auto okh = to_host_vector(space, ok);
-  // One GEMM per matrix. Jacobi leaves W free (Q is separate), so it takes the products.
+  // Jacobi leaves W free (Q is separate), so it takes the products.
   const WorkBatch P = use_lapack ? ws.template batch<Tw>("koptim::linalg::root_products", m, n, n) : W;
-  for (int g = 0; g < m; ++g) {
-    if (okh[g] == 0) continue;
-    auto Bg = Kokkos::subview(B, g, Kokkos::ALL(), Kokkos::ALL());
-    auto Qg = Kokkos::subview(Q, g, Kokkos::ALL(), Kokkos::ALL());
-    auto Pg = Kokkos::subview(P, g, Kokkos::ALL(), Kokkos::ALL());
-    if (vectors_in_rows)
-      Impl::gemm(space, "T", "N", Tw(1), Qg, Bg, Tw(0), Pg);
-    else
-      Impl::gemm(space, "N", "T", Tw(1), Bg, Qg, Tw(0), Pg);
-  }
+  root_products(space, ws, Q, B, P, okh, vectors_in_rows, products);
   write_finite_roots(space, X, P, idx, ok);
   out.ok = to_host_vector(space, ok);
   return out;
@@ -523,9 +574,9 @@ EigenOutcome eigen_roots(const ExecSpace& space, RootWorkspace<typename LView::m
 template <class Tw, class ExecSpace, class LView, class XView, class ExpView>
 EigenOutcome eigen_roots(const ExecSpace& space, const LView& L, const XView& X, const ExpView& a,
                          const std::vector<int>& which, const RootScalars& rs, bool use_lapack,
-                         const JacobiOptions& jopt) {
+                         const JacobiOptions& jopt, BatchedGemmBackend products = BatchedGemmBackend::automatic) {
   RootWorkspace<typename LView::memory_space> ws;
-  return eigen_roots<Tw>(space, ws, L, X, a, which, rs, use_lapack, jopt);
+  return eigen_roots<Tw>(space, ws, L, X, a, which, rs, use_lapack, jopt, products);
 }
 
 // Bytes of work buffers the coupled Newton iteration may use at once (seven n x n matrices per

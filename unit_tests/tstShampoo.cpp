@@ -290,6 +290,50 @@ TEST(Shampoo, RootMethodsAgree) {
   }
 }
 
+// The variants of the direction the two forms of a step are compared on.
+std::vector<std::pair<std::string, Teuchos::ParameterList>> direction_variants() {
+  std::vector<std::pair<std::string, Teuchos::ParameterList>> cases;
+  {
+    Teuchos::ParameterList l;
+    l.set("grafting", std::string("Adam"));
+    l.set("momentum", 0.5);
+    l.set("use_nesterov", true);
+    l.set("weight_decay", 0.01);
+    cases.push_back({"Adam grafting, Nesterov momentum, weight decay", l});
+  }
+  {
+    Teuchos::ParameterList l;
+    l.set("grafting", std::string("AdaGrad"));
+    cases.push_back({"AdaGrad grafting", l});
+  }
+  {
+    Teuchos::ParameterList l;
+    l.set("grafting", std::string("none"));
+    cases.push_back({"no grafting", l});
+  }
+  {
+    Teuchos::ParameterList l;
+    l.set("eigenvalue_corrected", true);
+    cases.push_back({"eigenvalue-corrected", l});
+  }
+  {
+    Teuchos::ParameterList l;
+    l.set("eigenvalue_corrected", true);
+    l.set("eigenbasis", std::string("qr"));
+    l.set("qr_tolerance", 0.0);
+    cases.push_back({"eigenvalue-corrected, QR refresh", l});
+  }
+  {
+    Teuchos::ParameterList l;
+    l.set("grafting", std::string("RMSProp"));
+    l.set("weight_decay", 0.01);
+    l.set("weight_decay_type", std::string("L2"));
+    l.set("momentum", 0.9);
+    cases.push_back({"RMSProp grafting, L2 weight decay, momentum", l});
+  }
+  return cases;
+}
+
 // The blocks of a phase run concurrently on the host threads (the host path) or block after
 // block as kernels (the device path, here on the host): the same parameters, to the bit on one
 // thread, to rounding where a threaded reduction of the grafting norms sums in another order.
@@ -332,48 +376,8 @@ TEST(Shampoo, HostBatchOfBlocksEqualsBlockAfterBlock) {
     for (const auto& v : {b.get(), d.get()}) r.insert(r.end(), v.begin(), v.end());
     return r;
   };
-  std::vector<std::pair<std::string, Teuchos::ParameterList>> cases;
-  {
-    Teuchos::ParameterList l;
-    l.set("grafting", std::string("Adam"));
-    l.set("momentum", 0.5);
-    l.set("use_nesterov", true);
-    l.set("weight_decay", 0.01);
-    cases.push_back({"Adam grafting, Nesterov momentum, weight decay", l});
-  }
-  {
-    Teuchos::ParameterList l;
-    l.set("grafting", std::string("AdaGrad"));
-    cases.push_back({"AdaGrad grafting", l});
-  }
-  {
-    Teuchos::ParameterList l;
-    l.set("grafting", std::string("none"));
-    cases.push_back({"no grafting", l});
-  }
-  {
-    Teuchos::ParameterList l;
-    l.set("eigenvalue_corrected", true);
-    cases.push_back({"eigenvalue-corrected", l});
-  }
-  {
-    Teuchos::ParameterList l;
-    l.set("eigenvalue_corrected", true);
-    l.set("eigenbasis", std::string("qr"));
-    l.set("qr_tolerance", 0.0);
-    cases.push_back({"eigenvalue-corrected, QR refresh", l});
-  }
-  {
-    Teuchos::ParameterList l;
-    l.set("grafting", std::string("RMSProp"));
-    l.set("weight_decay", 0.01);
-    l.set("weight_decay_type", std::string("L2"));
-    l.set("momentum", 0.9);
-    cases.push_back({"RMSProp grafting, L2 weight decay, momentum", l});
-  }
-  // On more threads the device path's products may round differently: Kokkos Kernels' GEMM can
-  // split a long sum over threads (its dot-based kernel for a small C), the host batch's BLAS
-  // does not (seen with Kokkos Kernels 4.6 at 2 threads: 1 ulp).
+  const auto cases = direction_variants();
+  // On more threads a threaded reduction (the grafting norms) may sum in another order.
   const bool one_thread = koptim::ExecutionSpace().concurrency() == 1;
   for (const auto& c : cases) {
     SCOPED_TRACE(c.first);
@@ -385,6 +389,57 @@ TEST(Shampoo, HostBatchOfBlocksEqualsBlockAfterBlock) {
       else
         ASSERT_NEAR(batched[i], in_turn[i], 1e-5 * (1.0 + std::abs(in_turn[i]))) << i;
     }
+  }
+}
+
+// The device path's products as GEMMs batched by shape over every block, through koptim's
+// portable kernel (what a GPU without cuBLAS runs; Shampoo::portable_products), against the same
+// path with host BLAS per product: the same parameters to rounding. Several blocks share each
+// shape (the batches hold more than one product), blocks of orders 1 to 3 with one to three
+// preconditioned dimensions, every variant of the direction. In double: on this model a change of
+// one gradient element by 1e-6 (relative) moves float results by up to 60% (the factors' small
+// eigenvalues decide the roots), so float results of two orders of sums are not comparable here;
+// the float products themselves are checked in tstGemm.cpp (ProductPlanFloat).
+TEST(Shampoo, PortableBatchedProductsEqualHostBlas) {
+  auto run = [](Teuchos::ParameterList l, bool portable) {
+    TestTensor<double> a({64, 30}, "a"), b({12, 20}, "b"), c({6, 5, 4}, "c"), d({4, 3, 5}, "d"), d2({4, 3, 5}, "d2"),
+        e({5, 3}, "e"), e2({5, 3}, "e2");
+    koptim::ParameterSet params;
+    a.add_to(params, "a");
+    b.add_to(params, "b");
+    c.add_to(params, "c");
+    d.add_to(params, "d");
+    e.add_to(params, "e");
+    d2.add_to(params, "d2");
+    e2.add_to(params, "e2");
+    l.set("optimizer", std::string("Shampoo"));
+    l.set("lr", 0.01);
+    l.set("epsilon", 1e-6);
+    l.set("max_preconditioner_dim", 32);
+    l.set("precondition_frequency", 2);
+    l.set("start_preconditioning_step", 2);
+    auto opt      = koptim::create(params, l);
+    auto& shampoo = dynamic_cast<koptim::Shampoo&>(*opt);
+    shampoo.batch_blocks_on_host(false);
+    shampoo.portable_products(portable);
+    for (int s = 1; s <= 8; ++s) {
+      int k = 0;
+      for (auto* t : {&a, &b, &c, &d, &d2, &e, &e2})
+        t->set(true, [&](std::int64_t i) { return koptim_test::value(23, k, s, i); }), ++k;
+      opt->step();
+    }
+    std::vector<double> r;
+    for (const auto& v : {a.get(), b.get(), c.get(), d.get(), d2.get(), e.get(), e2.get()})
+      r.insert(r.end(), v.begin(), v.end());
+    return r;
+  };
+  for (const auto& c : direction_variants()) {
+    SCOPED_TRACE(c.first);
+    const auto host_blas = run(c.second, false), portable = run(c.second, true);
+    ASSERT_EQ(host_blas.size(), portable.size());
+    // Seen on Serial: at most 7e-10 (RMSProp grafting), 1e-12 or less for the others.
+    for (std::size_t i = 0; i < host_blas.size(); ++i)
+      ASSERT_NEAR(portable[i], host_blas[i], 1e-8 * (1.0 + std::abs(host_blas[i]))) << i;
   }
 }
 

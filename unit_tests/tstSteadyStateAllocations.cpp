@@ -204,16 +204,48 @@ std::vector<Case> cases() {
   return out;
 }
 
-// The optimizer of case c on a WideModel of `copies` copies per rank (Shampoo's device path if
-// asked): four steps, then six steady-state steps (5-10: two amortized computations), each taken
+// The form of Shampoo's step a case runs: the host batch (the default with host memory), the
+// device path (Shampoo::batch_blocks_on_host(false): each element-wise phase a kernel over every
+// block, the products in stages of host BLAS calls), or the device path with its products as
+// batched GEMMs through koptim's portable kernel (Shampoo::portable_products(true)), which is
+// what a GPU without cuBLAS runs (with cuBLAS: one cuBLAS call where the kernel is one launch).
+enum class Path { host_batch, device, device_portable };
+
+void set_path(koptim::Optimizer& opt, Path path) {
+  if (path == Path::host_batch) return;
+  auto& shampoo = dynamic_cast<koptim::Shampoo&>(opt);
+  shampoo.batch_blocks_on_host(false);
+  shampoo.portable_products(path == Path::device_portable);
+}
+
+// f(case, path, label) for every case, and Shampoo's cases also through its device path, with
+// host BLAS and (unless portable is false) with the portable batched products (Path), each
+// traced with its label.
+template <class F>
+void for_each_case_and_path(const F& f, bool portable = true) {
+  for (auto& c : cases()) {
+    for (const Path path : {Path::host_batch, Path::device, Path::device_portable}) {
+      if (path != Path::host_batch && c.label.rfind("Shampoo", 0) != 0) continue;
+      if (path == Path::device_portable && !portable) continue;
+      const std::string label = c.label + (path == Path::device            ? ", device path"
+                                           : path == Path::device_portable ? ", device path, portable products"
+                                                                           : "");
+      SCOPED_TRACE(label + " on " + std::to_string(world()->size()) + " ranks");
+      f(c, path, label);
+    }
+  }
+}
+
+// The optimizer of case c on a WideModel of `copies` copies per rank (in the given form of
+// Shampoo's step): four steps, then six steady-state steps (5-10: two amortized computations), each taken
 // by count_step(opt, s), which returns what it counted; returns the sum. Two copies per rank at
 // least, so that every size of Shampoo's factor banks holds several matrices on every rank (a
 // batch of one skips the batch's parallel dispatch: one fence less, which is not growth).
 template <class CountStep>
-std::int64_t steady_steps(const Case& c, int copies, bool device_path, const CountStep& count_step) {
+std::int64_t steady_steps(const Case& c, int copies, Path path, const CountStep& count_step) {
   WideModel m(copies * world()->size());
   auto opt = c.distributed ? koptim::create(m.params, c.list, world()) : koptim::create(m.params, c.list);
-  if (device_path) dynamic_cast<koptim::Shampoo&>(*opt).batch_blocks_on_host(false);
+  set_path(*opt, path);
   int s = 1;
   for (; s <= 4; ++s) {
     m.gradients(s);
@@ -229,10 +261,10 @@ std::int64_t steady_steps(const Case& c, int copies, bool device_path, const Cou
 }
 
 TEST(SteadyState, NoStepAllocates) {
-  for (auto& c : cases()) {
-    SCOPED_TRACE(c.label + " on " + std::to_string(world()->size()) + " ranks");
+  for_each_case_and_path([&](const Case& c, Path path, const std::string&) {
     Model m;
     auto opt = c.distributed ? koptim::create(m.params, c.list, world()) : koptim::create(m.params, c.list);
+    set_path(*opt, path);
     // Warm-up: the first step (Gefen's codebook), the start of preconditioning and one amortized
     // computation of Shampoo.
     int s = 1;
@@ -251,7 +283,7 @@ TEST(SteadyState, NoStepAllocates) {
     if (shampoo) EXPECT_EQ(shampoo->phase_times().amortized_computations - roots_before, 2);
     EXPECT_TRUE(allocations().empty()) << allocations().size() << " allocations in 6 steady-state steps:\n"
                                        << AllocationCounter::report();
-  }
+  });
 }
 
 // Fences per steady-state step do not grow with the number of parameters and blocks: every
@@ -262,23 +294,22 @@ TEST(SteadyState, NoStepAllocates) {
 TEST(SteadyState, FencesDoNotGrowWithTheModel) {
   if (!kokkos_reports_fences())
     GTEST_SKIP() << "Kokkos " << KOKKOS_VERSION << " reports no fences to Kokkos Tools (3.5 and later do)";
-  for (auto& c : cases()) {
-    SCOPED_TRACE(c.label + " on " + std::to_string(world()->size()) + " ranks");
+  for_each_case_and_path([&](const Case& c, Path path, const std::string& label) {
     std::int64_t counted[2] = {0, 0};
     for (int w = 0; w < 2; ++w)
-      counted[w] = steady_steps(c, w == 0 ? 2 : 6, false, [](koptim::Optimizer& opt, int) {
+      counted[w] = steady_steps(c, w == 0 ? 2 : 6, path, [](koptim::Optimizer& opt, int) {
         FenceCounter count;
         opt.step();
         return fences();
       });
     if (world()->rank() == 0)
-      std::printf("[ fences ] %-55s %5.1f per step (2 copies), %5.1f (6 copies)\n", c.label.c_str(), counted[0] / 6.0,
+      std::printf("[ fences ] %-55s %5.1f per step (2 copies), %5.1f (6 copies)\n", label.c_str(), counted[0] / 6.0,
                   counted[1] / 6.0);
     if (c.label.find("coupled Newton") != std::string::npos)
       EXPECT_LE(counted[1], counted[0] + counted[0] / 10);
     else
       EXPECT_EQ(counted[1], counted[0]);
-  }
+  });
 }
 
 // Kernel launches (parallel_for, parallel_reduce, parallel_scan), counted while a LaunchCounter
@@ -322,43 +353,28 @@ class LaunchCounter {
   }
 };
 
-// f(case, device_path, label) for every case, and Shampoo's cases also through its device path
-// (Shampoo::batch_blocks_on_host(false), as on a GPU), each traced with its label.
-template <class F>
-void for_each_case_and_path(const F& f) {
-  for (auto& c : cases()) {
-    for (const bool device_path : {false, true}) {
-      if (device_path && c.label.rfind("Shampoo", 0) != 0) continue;
-      const std::string label = c.label + (device_path ? ", device path" : "");
-      SCOPED_TRACE(label + " on " + std::to_string(world()->size()) + " ranks");
-      f(c, device_path, label);
-    }
-  }
-}
-
 // A steady-state step launches the same number of kernels for a model with three times as many
 // parameters and blocks of each shape. The diagonal optimizers: one kernel per scalar type and
 // parameter group for all their parameters (multi-tensor), plus the gradient check's one.
 // Shampoo: each element-wise phase (gather, gradient norms, grafting, filtering, eigenvalue
 // correction, rescaling, update, write-back) is one kernel over every block (the gather and the
-// update one per parameter group), in both forms of the step: the host batch and the device path
-// (Shampoo::batch_blocks_on_host(false), as on a GPU). Left out of the count, by label: the
-// products' own kernels (mirror_lower after a host syrk, Kokkos Kernels' GEMM kernels), one per
-// block and factor (on a GPU, one cuBLAS call each: not yet batched). Gefen: one kernel per
+// update one per parameter group), in every form of the step (Path), and so are the products:
+// a stage of host BLAS calls, or a batched GEMM per shape (the portable kernel, as on a GPU),
+// for the factor updates, the preconditioning and the roots' reconstruction. Left out of the
+// count, by label: Kokkos Kernels' GEMM kernels, which only the coupled Newton iteration calls
+// (one per product and factor). Gefen: one kernel per
 // scalar type and parameter group over every block of every kind, and three for the factors of
 // all factored tensors. The coupled Newton root iteration: a few kernels per iteration over all
 // the factors of its batch (the GEMMs per factor are Kokkos Kernels' and left out, as above), as
 // many iterations as its slowest factor needs, which depends on the factors' values: held to
 // within 10% (a kernel per factor would triple the count).
 TEST(SteadyState, LaunchesDoNotGrowWithTheBlocks) {
-  auto counted_label = [](const std::string& l) {
-    return l.rfind("koptim::linalg::mirror_lower", 0) != 0 && l.rfind("KokkosBlas", 0) != 0;
-  };
-  for_each_case_and_path([&](const Case& c, bool device_path, const std::string& label) {
+  auto counted_label = [](const std::string& l) { return l.rfind("KokkosBlas", 0) != 0; };
+  for_each_case_and_path([&](const Case& c, Path path, const std::string& label) {
     std::int64_t counted[2] = {0, 0};
     std::string reports[2];
     for (int w = 0; w < 2; ++w)
-      counted[w] = steady_steps(c, w == 0 ? 2 : 6, device_path, [&](koptim::Optimizer& opt, int s) {
+      counted[w] = steady_steps(c, w == 0 ? 2 : 6, path, [&](koptim::Optimizer& opt, int s) {
         LaunchCounter count;
         opt.step();
         if (s == 10) reports[w] = LaunchCounter::report();
@@ -439,40 +455,45 @@ koptim::ExecutionSpace new_instance() {
 // another instance on a GPU, where each instance is a stream; Kokkos 4.6 gives every OpenMP or
 // Serial instance the same id, so on a CPU what this catches is a global fence or a kernel on
 // another device). And the step on exec gives the parameters the step on the default instance
-// gives, to the bit, for every optimizer and both forms of Shampoo's step.
+// gives, to the bit, for every optimizer and both forms of Shampoo's step (on a GPU the device
+// path's products are the batched GEMMs; on a CPU their portable form would add nothing here but
+// time: every instance has the one id, and the launch, fence and allocation tests run it).
 TEST(SteadyState, StepRunsOnTheCallersInstance) {
   const koptim::ExecutionSpace exec = new_instance();
   const std::uint32_t id            = Kokkos::Tools::Experimental::device_id(exec);
-  for_each_case_and_path([&](const Case& c, bool device_path, const std::string&) {
-    WideModel on_exec(2 * world()->size()), on_default(2 * world()->size());
-    auto make = [&](WideModel& m) {
-      auto opt = c.distributed ? koptim::create(m.params, c.list, world()) : koptim::create(m.params, c.list);
-      if (device_path) dynamic_cast<koptim::Shampoo&>(*opt).batch_blocks_on_host(false);
-      return opt;
-    };
-    auto a = make(on_exec), b = make(on_default);
-    std::vector<InstanceEvent> events;
-    for (int s = 1; s <= 10; ++s) {
-      on_exec.gradients(s);
-      on_default.gradients(s);
-      if (s <= 4) {
-        a->step(exec);  // the first steps build state (Gefen's codebook, the first roots)
-      } else {
-        InstanceRecorder record;
-        a->step(exec);
-        events.insert(events.end(), instance_events().begin(), instance_events().end());
-      }
-      b->step();
-    }
-    exec.fence();
-    ASSERT_FALSE(events.empty());
-    std::string wrong;
-    for (const auto& e : events)
-      if (e.device != id) wrong += "  " + e.what + " '" + e.name + "' on device id " + std::to_string(e.device) + "\n";
-    EXPECT_TRUE(wrong.empty()) << "exec has device id " << id << "; off it in steady-state steps:\n" << wrong;
-    for (std::size_t k = 0; k < on_exec.f.size(); ++k) EXPECT_EQ(on_exec.f[k]->get(), on_default.f[k]->get()) << k;
-    for (std::size_t k = 0; k < on_exec.d.size(); ++k) EXPECT_EQ(on_exec.d[k]->get(), on_default.d[k]->get()) << k;
-  });
+  for_each_case_and_path(
+      [&](const Case& c, Path path, const std::string&) {
+        WideModel on_exec(2 * world()->size()), on_default(2 * world()->size());
+        auto make = [&](WideModel& m) {
+          auto opt = c.distributed ? koptim::create(m.params, c.list, world()) : koptim::create(m.params, c.list);
+          set_path(*opt, path);
+          return opt;
+        };
+        auto a = make(on_exec), b = make(on_default);
+        std::vector<InstanceEvent> events;
+        for (int s = 1; s <= 10; ++s) {
+          on_exec.gradients(s);
+          on_default.gradients(s);
+          if (s <= 4) {
+            a->step(exec);  // the first steps build state (Gefen's codebook, the first roots)
+          } else {
+            InstanceRecorder record;
+            a->step(exec);
+            events.insert(events.end(), instance_events().begin(), instance_events().end());
+          }
+          b->step();
+        }
+        exec.fence();
+        ASSERT_FALSE(events.empty());
+        std::string wrong;
+        for (const auto& e : events)
+          if (e.device != id)
+            wrong += "  " + e.what + " '" + e.name + "' on device id " + std::to_string(e.device) + "\n";
+        EXPECT_TRUE(wrong.empty()) << "exec has device id " << id << "; off it in steady-state steps:\n" << wrong;
+        for (std::size_t k = 0; k < on_exec.f.size(); ++k) EXPECT_EQ(on_exec.f[k]->get(), on_default.f[k]->get()) << k;
+        for (std::size_t k = 0; k < on_exec.d.size(); ++k) EXPECT_EQ(on_exec.d[k]->get(), on_default.d[k]->get()) << k;
+      },
+      /*portable=*/false);
 }
 
 // The recorder sees a global fence under an id that is not an instance's, and a kernel on exec

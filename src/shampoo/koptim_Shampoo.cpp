@@ -6,6 +6,7 @@
 #include <koptim/core/impl/koptim_Math.hpp>
 #include <koptim/core/impl/koptim_Profiling.hpp>
 #include <koptim/diagonal/impl/koptim_DiagonalMath.hpp>
+#include <koptim/linalg/koptim_BatchedGemm.hpp>
 #include <koptim/linalg/koptim_EigenbasisQr.hpp>
 #include <koptim/linalg/koptim_Eigensolver.hpp>
 #include <koptim/linalg/koptim_Gemm.hpp>
@@ -434,6 +435,17 @@ class ShampooBlocks {
   // serial: the host-serial form, on the calling thread (inside host_batch's parallel loop).
   void precondition(BlockState<T>& b, const Vec<T>& in, const Vec<T>& out, const Vec<T>& spare, bool inverse_rotation,
                     bool serial);
+  // The same for every block at once, in the device form: the plan's batched products (blocks
+  // with no preconditioned dimension, and every block before the first root, copied).
+  using Slot = Vec<T> BlockState<T>::*;
+  struct Preconditioning {
+    Slot in, out, spare;
+    bool inverse_rotation;
+    linalg::ProductPlan<T> plan;
+  };
+  void precondition_all(const Preconditioning& pc);
+  Preconditioning preconditioning(Slot in, Slot out, Slot spare, bool inverse_rotation) const;
+  void build_plans();
   // Each phase of a step runs in one of two forms. Host batch (host memory, every block within
   // BLAS's int, Shampoo::batch_blocks_on_host()): host_batch(f) calls f(bi) for every owned block,
   // the blocks concurrently on the host threads, each with single-threaded BLAS calls and its
@@ -456,6 +468,9 @@ class ShampooBlocks {
                                    body);
   }
   void build_tables();
+  linalg::BatchedGemmBackend gemm_backend() const {
+    return owner_.portable_products() ? linalg::BatchedGemmBackend::portable : linalg::BatchedGemmBackend::automatic;
+  }
   std::string key(const BlockState<T>& b) const { return ps_[b.param].name + "/block" + std::to_string(b.block); }
 
   const Shampoo& owner_;
@@ -498,7 +513,14 @@ class ShampooBlocks {
   // Every block of type T (placements_), for the write-back.
   BlockTable<T> placement_table_;
   std::int64_t placement_chunks_ = 0;
-  bool roots_ready_              = false;  // a root (or eigenbasis) has been computed: before, X = I exactly
+  // The device form's products over every block (build_plans; empty when a block is beyond BLAS's
+  // int, which takes them block after block): the factor updates, and the products of the
+  // preconditioning for correct() (g -> p) and apply() (eigenvalue-corrected: mhat -> g, then
+  // g -> p rotated back; otherwise mhat -> p).
+  bool batched_products_ = false;
+  linalg::ProductPlan<T> grams_;
+  Preconditioning rotate_gradient_, rotate_mhat_, rotate_back_, apply_roots_;
+  bool roots_ready_           = false;  // a root (or eigenbasis) has been computed: before, X = I exactly
   bool host_batch_            = false;  // host memory and every block within BLAS's int: host_batch runs blocks at once
   std::int64_t failures_kept_ = 0;
   std::int64_t qr_iterations_ = 0, qr_refreshes_ = 0;  // eigenbasis = qr (not checkpointed: diagnostics)
@@ -578,6 +600,60 @@ ShampooBlocks<T>::ShampooBlocks(const Shampoo& owner, const ParameterSet& ps,
   sumsq_host_  = Kokkos::create_mirror_view(sumsq_);
   graft_ratio_ = Kokkos::View<T*, MemorySpace>("koptim::Shampoo::graft_ratio", blocks_.size());
   build_tables();
+  build_plans();
+}
+
+template <class T>
+void ShampooBlocks<T>::build_plans() {
+  batched_products_ = std::all_of(blocks_.begin(), blocks_.end(),
+                                  [](const BlockState<T>& b) { return linalg::ProductPlan<T>::fits(b.shape); });
+  if (!batched_products_) return;
+  for (const auto& b : blocks_)
+    for (int j = 0; j < static_cast<int>(b.factors.size()); ++j) {
+      const auto& f = b.factors[j];
+      if (f.slot >= 0) grams_.add_gram(0, b.g.data(), b.shape, j, banks_.at(f.n).L.data() + f.slot * f.n * f.n);
+    }
+  grams_.finish();
+  using B = BlockState<T>;
+  if (o_.eigenvalue_corrected) {
+    rotate_gradient_ = preconditioning(&B::g, &B::p, &B::q, false);
+    rotate_mhat_     = preconditioning(&B::mhat, &B::g, &B::p, false);
+    rotate_back_     = preconditioning(&B::g, &B::p, &B::mhat, true);
+  } else {
+    apply_roots_ = preconditioning(&B::mhat, &B::p, &B::g, false);
+  }
+}
+
+// Product i of a block's chain at stage i: blocks with fewer preconditioned dimensions end earlier.
+template <class T>
+typename ShampooBlocks<T>::Preconditioning ShampooBlocks<T>::preconditioning(Slot in, Slot out, Slot spare,
+                                                                             bool inverse_rotation) const {
+  Preconditioning pc{in, out, spare, inverse_rotation, {}};
+  const char trans = o_.eigenvalue_corrected ? (inverse_rotation ? 'T' : 'N') : 'T';
+  for (const auto& b : blocks_) {
+    const std::vector<int>& dims = b.preconditioned;
+    const T* src                 = (b.*in).data();
+    for (std::size_t i = 0; i < dims.size(); ++i) {
+      T* dst        = ((dims.size() - 1 - i) % 2 == 0) ? (b.*out).data() : (b.*spare).data();
+      const auto& f = b.factors[dims[i]];
+      pc.plan.add_mode_product(static_cast<int>(i), src, b.shape, dims[i], banks_.at(f.n).X.data() + f.slot * f.n * f.n,
+                               trans, dst);
+      src = dst;
+    }
+  }
+  pc.plan.finish();
+  return pc;
+}
+
+template <class T>
+void ShampooBlocks<T>::precondition_all(const Preconditioning& pc) {
+  if (!batched_products_) {
+    for (auto& b : blocks_) precondition(b, b.*pc.in, b.*pc.out, b.*pc.spare, pc.inverse_rotation, false);
+    return;
+  }
+  for (auto& b : blocks_)
+    if (!roots_ready_ || b.preconditioned.empty()) Kokkos::deep_copy(exec_, b.*pc.out, b.*pc.in);
+  if (roots_ready_) pc.plan.run(exec_, T(1), T(0), gemm_backend());
 }
 
 template <class T>
@@ -730,7 +806,10 @@ void ShampooBlocks<T>::accumulate(std::int64_t t) {
     });
     return;
   }
-  for (std::size_t bi = 0; bi < blocks_.size(); ++bi) factor_grams(bi, false);
+  if (batched_products_)
+    grams_.run(exec_, static_cast<T>(factor_w_), static_cast<T>(b2_), gemm_backend());
+  else
+    for (std::size_t bi = 0; bi < blocks_.size(); ++bi) factor_grams(bi, false);
   each_block_element<false>("koptim::Shampoo::accumulate", body);
 }
 
@@ -748,7 +827,7 @@ void ShampooBlocks<T>::correct() {
     });
     return;
   }
-  for (auto& b : blocks_) precondition(b, b.g, b.p, b.q, false, false);
+  precondition_all(rotate_gradient_);
   each_block_element<false>("koptim::Shampoo::eigenvalue_correction", body);
 }
 
@@ -1028,11 +1107,11 @@ void ShampooBlocks<T>::apply(std::int64_t t, const std::vector<double>& lrs, con
   }
   if (graft) each_block_element<false>("koptim::Shampoo::graft_direction", direction);
   if (corrected) {
-    for (auto& b : blocks_) precondition(b, b.mhat, b.g, b.p, false, false);
+    precondition_all(rotate_mhat_);
     each_block_element<false>("koptim::Shampoo::eigenvalue_corrected", divide);
-    for (auto& b : blocks_) precondition(b, b.g, b.p, b.mhat, true, false);
+    precondition_all(rotate_back_);
   } else if (shampoo) {
-    for (auto& b : blocks_) precondition(b, b.mhat, b.p, b.g, false, false);
+    precondition_all(apply_roots_);
   }
   if (shampoo && graft) for_each_block_team(exec_, "koptim::Shampoo::graft_ratio", table_, ratio);
   for (const auto& r : groups_)

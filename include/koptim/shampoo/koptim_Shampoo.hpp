@@ -149,6 +149,13 @@ class Shampoo : public Optimizer {
   // (to rounding where a threaded reduction sums in another order).
   void batch_blocks_on_host(bool on) { batch_blocks_on_host_ = on; }
   bool batch_blocks_on_host() const { return batch_blocks_on_host_; }
+  // The products of the device form (factor updates, preconditioning: GEMMs batched by shape over
+  // all blocks) through koptim's portable batched kernel, even where host BLAS (host memory) or
+  // cuBLAS (a CUDA build) would take them: to test that kernel in Shampoo on a CPU, with
+  // batch_blocks_on_host(false). Off by default. The same results to rounding (sums in another
+  // order than BLAS's).
+  void portable_products(bool on) { portable_products_ = on; }
+  bool portable_products() const { return portable_products_; }
 
   // A block's entries ("<name>/block<b>/...") are kept by the ranks that compute it.
   StatePart state_part(const std::string& key) const override;
@@ -168,6 +175,7 @@ class Shampoo : public Optimizer {
   PhaseTimes times_;
   bool time_phases_          = false;
   bool batch_blocks_on_host_ = true;
+  bool portable_products_    = false;
   std::unique_ptr<Impl::ShampooBlocks<float>> f32_;
   std::unique_ptr<Impl::ShampooBlocks<double>> f64_;
 };

@@ -10,9 +10,14 @@
 //   updates (a syrk per factor) and the preconditioning (a GEMM per factor) of the same block
 //   shapes through the same koptim::linalg calls; counters give both, their ratio, and the step's
 //   phases per step (Shampoo::phase_times()).
+// - BM_PreconditionProducts: the preconditioning products of 256 blocks of 64 x 64 (two mode
+//   products each, as Shampoo's device path forms them), one Kokkos Kernels GEMM per product
+//   beside a ProductPlan (batched by shape: host BLAS stages on a CPU, cuBLAS's batched GEMM on a
+//   CUDA build) and the plan through koptim's portable batched kernel.
 #include "koptim_PerfModels.hpp"
 
 #include <koptim/koptim.hpp>
+#include <koptim/linalg/koptim_BatchedGemm.hpp>
 #include <koptim/linalg/koptim_EigenbasisQr.hpp>
 #include <koptim/linalg/koptim_Eigensolver.hpp>
 #include <koptim/linalg/koptim_Gemm.hpp>
@@ -210,6 +215,51 @@ void BM_BatchedInverseRoot_256x64(benchmark::State& state) {
   state.SetLabel(state.range(0) == 0 ? "lapack" : (state.range(0) == 1 ? "jacobi" : "coupled_newton"));
 }
 
+// Y = M x_0 X_b^T x_1 X_b^T for `blocks` blocks b of n x n (Shampoo's preconditioning of a
+// 2-D block with its two roots). Arg 0: block after block, a Kokkos Kernels GEMM per product
+// (linalg::mode_product); 1: one ProductPlan (automatic backend); 2: the plan through the
+// portable kernel. Arg 1: blocks; n = 64.
+void BM_PreconditionProducts(benchmark::State& state) {
+  const int how = static_cast<int>(state.range(0)), blocks = static_cast<int>(state.range(1)), n = 64;
+  const std::int64_t nn = static_cast<std::int64_t>(n) * n;
+  Kokkos::View<float*> M("M", blocks * nn), S("S", blocks * nn), Y("Y", blocks * nn), X("X", blocks * nn);
+  {
+    auto h = Kokkos::create_mirror_view(M);
+    std::mt19937 rng(3);
+    std::normal_distribution<float> normal;
+    for (std::int64_t i = 0; i < blocks * nn; ++i) h(i) = normal(rng);
+    Kokkos::deep_copy(M, h);
+    for (std::int64_t i = 0; i < blocks * nn; ++i) h(i) = normal(rng) / n;
+    Kokkos::deep_copy(X, h);
+  }
+  const std::vector<std::int64_t> shape{n, n};
+  koptim::linalg::ProductPlan<float> plan;
+  for (int b = 0; b < blocks; ++b) {
+    plan.add_mode_product(0, M.data() + b * nn, shape, 0, X.data() + b * nn, 'T', S.data() + b * nn);
+    plan.add_mode_product(1, S.data() + b * nn, shape, 1, X.data() + b * nn, 'T', Y.data() + b * nn);
+  }
+  plan.finish();
+  const koptim::ExecutionSpace exec;
+  const auto backend =
+      how == 2 ? koptim::linalg::BatchedGemmBackend::portable : koptim::linalg::BatchedGemmBackend::automatic;
+  for (auto _ : state) {
+    if (how == 0) {
+      for (int b = 0; b < blocks; ++b) {
+        koptim::linalg::mode_product<float>(exec, M.data() + b * nn, shape, 0, X.data() + b * nn, 'T',
+                                            S.data() + b * nn);
+        koptim::linalg::mode_product<float>(exec, S.data() + b * nn, shape, 1, X.data() + b * nn, 'T',
+                                            Y.data() + b * nn);
+      }
+    } else {
+      plan.run(exec, 1.0f, 0.0f, backend);
+    }
+    exec.fence();
+  }
+  state.counters["GFLOP"] =
+      benchmark::Counter(4.0 * blocks * nn * n * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(how == 0 ? "gemm_per_product" : (how == 1 ? "product_plan" : "product_plan_portable"));
+}
+
 // The optimizers the MLP benchmarks compare: method 0 AdamW, 1 Shampoo with precondition_frequency 1,
 // 2 Shampoo with precondition_frequency 100 (Adam grafting, epsilon 1e-8).
 Teuchos::ParameterList mlp_config(int method) {
@@ -378,6 +428,7 @@ BENCHMARK(BM_KoptimInverseRootLapack)->Arg(64)->Arg(256)->Arg(1024)->Unit(benchm
 BENCHMARK(BM_LoopSsyevd_256x64)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_BatchedJacobi_256x64)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_BatchedInverseRoot_256x64)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_PreconditionProducts)->Args({0, 256})->Args({1, 256})->Args({2, 256})->Unit(benchmark::kMillisecond);
 // Many small blocks: the transformer-shaped parameter set (layers of d_model 512, see
 // koptim_PerfModels.hpp) with max_preconditioner_dim 128, so that every matrix is cut into
 // 128 x 128 blocks (12 layers: 2304 of them, and 624 blocks of 128 of the vectors). variant 0:

@@ -56,7 +56,7 @@ struct GemmOperands {
 
 // One cublas<t>gemmBatched call on exec's stream; false where koptim has no cuBLAS (not a CUDA
 // build, or Kokkos Kernels without the cuBLAS TPL): then nothing was done. Throws on a cuBLAS
-// error. src/linalg/koptim_BatchedGemm.cpp.
+// error. src/linalg/koptim_CudaLibraries.cpp.
 bool cublas_gemm_batched(const ExecutionSpace& exec, const GemmShape& s, float alpha, const GemmOperands<float>& ops,
                          float beta);
 bool cublas_gemm_batched(const ExecutionSpace& exec, const GemmShape& s, double alpha, const GemmOperands<double>& ops,

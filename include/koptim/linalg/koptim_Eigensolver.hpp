@@ -22,10 +22,12 @@
 
 #include <koptim/core/koptim_Error.hpp>
 #include <koptim/core/koptim_Kokkos.hpp>
+#include <koptim/core/koptim_Tensor.hpp>
 #include <koptim/core/impl/koptim_Math.hpp>
 #include <koptim/core/impl/koptim_Profiling.hpp>
 
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -54,6 +56,23 @@ struct JacobiOptions {
 };
 
 namespace Impl {
+
+// cuSOLVER for m symmetric n x n matrices in device memory, contiguous (n x n each, so the
+// row-major and the column-major matrix are the same), on exec's stream
+// (src/linalg/koptim_CudaLibraries.cpp): ?syevjBatched where cuSOLVER allows it (n <= 32), else
+// ?syevd matrix after matrix. Each matrix is overwritten by its eigenvectors, which come as
+// columns of the column-major storage, i.e. as rows of the row-major matrix (LAPACK's layout
+// in koptim's root path); w (m x n) receives the eigenvalues in ascending order, info (m) each
+// matrix's code (0, or a positive value: not converged). cusolver_eigh_work returns the
+// workspace elements the call needs, or -1 where koptim has no cuSOLVER (not a CUDA build, or
+// Kokkos Kernels without its cuSOLVER TPL): then cusolver_eigh must not be called. Throws on a
+// cuSOLVER error.
+std::int64_t cusolver_eigh_work(const ExecutionSpace& exec, int m, int n, float* a, float* w);
+std::int64_t cusolver_eigh_work(const ExecutionSpace& exec, int m, int n, double* a, double* w);
+void cusolver_eigh(const ExecutionSpace& exec, int m, int n, float* a, float* w, int* info, float* work,
+                   std::int64_t lwork);
+void cusolver_eigh(const ExecutionSpace& exec, int m, int n, double* a, double* w, int* info, double* work,
+                   std::int64_t lwork);
 
 // Thin wrappers over LAPACK ?syevd (compiled in src/linalg/koptim_Lapack.cpp). The matrix
 // is column-major with leading dimension lda; on success it holds the eigenvectors.

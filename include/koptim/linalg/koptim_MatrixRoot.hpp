@@ -392,6 +392,47 @@ struct EigenOutcome {
   std::vector<int> ok;      // root computed and finite
 };
 
+// The eigendecompositions of the LAPACK path (eigenvectors in the rows of W, eigenvalues
+// ascending in E, codes in info) by cuSOLVER on the device (Impl::cusolver_eigh), where the
+// matrices are in device memory and koptim has cuSOLVER; false, with nothing done, elsewhere.
+// As on the host, a matrix whose shifted diagonal is not finite is not solved: a kernel first
+// replaces it by the identity, and its code becomes eigh_info_nonfinite_input afterwards.
+template <class ExecSpace, class Mem, class WorkBatch, class Values, class Info>
+bool cusolver_eigh_batch(const ExecSpace& space, RootWorkspace<Mem>& ws, const WorkBatch& W, const Values& E,
+                         const Info& info) {
+  if constexpr (!std::is_same<ExecSpace, ExecutionSpace>::value ||
+                Kokkos::SpaceAccessibility<Kokkos::HostSpace, Mem>::accessible) {
+    return false;
+  } else {
+    using T     = typename WorkBatch::non_const_value_type;
+    using Team  = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+    const int m = static_cast<int>(W.extent(0)), n = static_cast<int>(W.extent(1));
+    const std::int64_t lwork = cusolver_eigh_work(space, m, n, W.data(), E.data());
+    if (lwork < 0) return false;
+    const auto bad = ws.template vector<int>("koptim::linalg::cusolver_nonfinite", m);
+    Kokkos::parallel_for(
+        "koptim::linalg::cusolver_inputs", Kokkos::TeamPolicy<ExecSpace>(space, m, Kokkos::AUTO),
+        KOKKOS_LAMBDA(const Team& team) {
+          const int g = team.league_rank();
+          int count   = 0;
+          Kokkos::parallel_reduce(
+              Kokkos::TeamThreadRange(team, n),
+              [&](const int i, int& c) { c += koptim::Impl::is_finite(W(g, i, i)) ? 0 : 1; }, count);
+          if (count > 0)
+            Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n * n),
+                                 [&](const int t) { W(g, t / n, t % n) = t / n == t % n ? T(1) : T(0); });
+          Kokkos::single(Kokkos::PerTeam(team), [&]() { bad(g) = count > 0 ? 1 : 0; });
+        });
+    const auto work = ws.template vector<T>("koptim::linalg::cusolver_work", std::max<std::int64_t>(lwork, 1));
+    cusolver_eigh(space, m, n, W.data(), E.data(), info.data(), work.data(), lwork);
+    Kokkos::parallel_for(
+        "koptim::linalg::cusolver_codes", Kokkos::RangePolicy<ExecSpace>(space, 0, m), KOKKOS_LAMBDA(const int g) {
+          if (bad(g) != 0) info(g) = eigh_info_nonfinite_input;
+        });
+    return true;
+  }
+}
+
 // P(g) = Q(g)^T B(g) (eigenvectors in rows) or B(g) Q(g)^T (in columns) for the matrices g with
 // ok[g] != 0 (host values), every matrix n x n, row-major and contiguous in its batch. Row-major
 // storage of M is column-major M^T, so the products are P^T = B^T Q (a column-major GEMM 'N', 'T'
@@ -483,7 +524,10 @@ EigenOutcome eigen_roots(const ExecSpace& space, RootWorkspace<typename LView::m
 
   WorkBatch Q;
   const auto info = ws.template vector<int>("koptim::linalg::eigen_info", m, true, space);
-  if (use_lapack) {
+  if (use_lapack && cusolver_eigh_batch(space, ws, W, E, info)) {
+    Q = W;
+    out.sweeps.assign(m, 0);
+  } else if (use_lapack) {
     // Host-accessible memory is used in place; device memory goes through host mirrors.
     auto Wh = Kokkos::create_mirror_view(W);
     auto Eh = Kokkos::create_mirror_view(E);

@@ -1,0 +1,238 @@
+// koptim's calls into CUDA's libraries, where Kokkos runs on CUDA and Kokkos Kernels brings them
+// (its cuBLAS and cuSOLVER TPLs link libcublas and libcusolver into every consumer): cuBLAS's
+// batched GEMM for koptim_BatchedGemm.hpp, cuSOLVER's symmetric eigensolvers for the root path
+// (koptim_Eigensolver.hpp); answers that say "not here" elsewhere. koptim keeps one handle of each
+// library for the process, created at the first call and destroyed at Kokkos::finalize; a call
+// sets the handle's stream to the instance's and holds the handle's lock, so that threads with
+// instances of their own can share it.
+#include <koptim/linalg/koptim_BatchedGemm.hpp>
+#include <koptim/linalg/koptim_Eigensolver.hpp>
+
+#include <climits>
+#include <mutex>
+#include <string>
+#include <type_traits>
+
+#if defined(KOKKOS_ENABLE_CUDA) && \
+    (defined(KOKKOSKERNELS_ENABLE_TPL_CUBLAS) || defined(KOKKOSKERNELS_ENABLE_TPL_CUSOLVER))
+#include <cublas_v2.h>
+#endif
+#if defined(KOKKOS_ENABLE_CUDA) && defined(KOKKOSKERNELS_ENABLE_TPL_CUSOLVER)
+#include <cusolverDn.h>
+#endif
+
+namespace koptim {
+namespace linalg {
+namespace Impl {
+
+#if defined(KOKKOS_ENABLE_CUDA) && defined(KOKKOSKERNELS_ENABLE_TPL_CUBLAS)
+namespace {
+
+std::mutex& cublas_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+// Under cublas_mutex().
+cublasHandle_t& cublas_handle() {
+  static cublasHandle_t handle = nullptr;
+  if (handle == nullptr) {
+    const cublasStatus_t status = cublasCreate(&handle);
+    if (status != CUBLAS_STATUS_SUCCESS) {
+      handle = nullptr;
+      throw Error("koptim::linalg::gemm_batched: cublasCreate failed (cuBLAS status " + std::to_string(status) + ")");
+    }
+    Kokkos::push_finalize_hook([] {
+      std::lock_guard<std::mutex> lock(cublas_mutex());
+      cublasDestroy(cublas_handle());
+      cublas_handle() = nullptr;
+    });
+  }
+  return handle;
+}
+
+cublasOperation_t op(char t) { return t == 'T' ? CUBLAS_OP_T : CUBLAS_OP_N; }
+
+template <class T>
+bool cublas_batched(const ExecutionSpace& exec, const GemmShape& s, T alpha, const GemmOperands<T>& ops, T beta) {
+  if constexpr (!std::is_same<ExecutionSpace, Kokkos::Cuda>::value) {
+    return false;
+  } else {
+    if (ops.count > INT_MAX)
+      throw Error("koptim::linalg::gemm_batched: a batch of " + std::to_string(ops.count) +
+                  " products, beyond cuBLAS's int");
+    std::lock_guard<std::mutex> lock(cublas_mutex());
+    cublasHandle_t h      = cublas_handle();
+    cublasStatus_t status = cublasSetStream(h, exec.cuda_stream());
+    // The three address arrays of the batch, in device memory.
+    const T* const* a = reinterpret_cast<const T* const*>(ops.table + ops.first);
+    const T* const* b = reinterpret_cast<const T* const*>(ops.table + ops.stride + ops.first);
+    T* const* c       = reinterpret_cast<T* const*>(ops.table + 2 * ops.stride + ops.first);
+    const int count   = static_cast<int>(ops.count);
+    if (status == CUBLAS_STATUS_SUCCESS) {
+      if constexpr (std::is_same<T, float>::value)
+        status = cublasSgemmBatched(h, op(s.ta), op(s.tb), s.m, s.n, s.k, &alpha, a, s.lda, b, s.ldb, &beta, c, s.ldc,
+                                    count);
+      else
+        status = cublasDgemmBatched(h, op(s.ta), op(s.tb), s.m, s.n, s.k, &alpha, a, s.lda, b, s.ldb, &beta, c, s.ldc,
+                                    count);
+    }
+    if (status != CUBLAS_STATUS_SUCCESS)
+      throw Error("koptim::linalg::gemm_batched: cuBLAS failed (status " + std::to_string(status) + ") on " +
+                  std::to_string(count) + " products of " + std::to_string(s.m) + " x " + std::to_string(s.n) + " x " +
+                  std::to_string(s.k));
+    return true;
+  }
+}
+
+}  // namespace
+
+bool cublas_gemm_batched(const ExecutionSpace& exec, const GemmShape& s, float alpha, const GemmOperands<float>& ops,
+                         float beta) {
+  return cublas_batched(exec, s, alpha, ops, beta);
+}
+bool cublas_gemm_batched(const ExecutionSpace& exec, const GemmShape& s, double alpha, const GemmOperands<double>& ops,
+                         double beta) {
+  return cublas_batched(exec, s, alpha, ops, beta);
+}
+#else
+bool cublas_gemm_batched(const ExecutionSpace&, const GemmShape&, float, const GemmOperands<float>&, float) {
+  return false;
+}
+bool cublas_gemm_batched(const ExecutionSpace&, const GemmShape&, double, const GemmOperands<double>&, double) {
+  return false;
+}
+#endif
+
+#if defined(KOKKOS_ENABLE_CUDA) && defined(KOKKOSKERNELS_ENABLE_TPL_CUSOLVER)
+namespace {
+
+std::mutex& cusolver_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+// Under cusolver_mutex().
+cusolverDnHandle_t& cusolver_handle() {
+  static cusolverDnHandle_t handle = nullptr;
+  if (handle == nullptr) {
+    const cusolverStatus_t status = cusolverDnCreate(&handle);
+    if (status != CUSOLVER_STATUS_SUCCESS) {
+      handle = nullptr;
+      throw Error("koptim::linalg::cusolver_eigh: cusolverDnCreate failed (cuSOLVER status " + std::to_string(status) +
+                  ")");
+    }
+    Kokkos::push_finalize_hook([] {
+      std::lock_guard<std::mutex> lock(cusolver_mutex());
+      cusolverDnDestroy(cusolver_handle());
+      cusolver_handle() = nullptr;
+    });
+  }
+  return handle;
+}
+
+void check(cusolverStatus_t status, const char* what, int n) {
+  if (status != CUSOLVER_STATUS_SUCCESS)
+    throw Error(std::string("koptim::linalg::cusolver_eigh: ") + what + " failed (cuSOLVER status " +
+                std::to_string(status) + ", n = " + std::to_string(n) + ")");
+}
+
+// cuSOLVER's syevjBatched takes matrices up to 32 x 32.
+constexpr int syevj_batched_max_n = 32;
+
+// The syevjBatched parameters: sorted eigenvalues, cuSOLVER's default tolerance and sweeps.
+struct SyevjParams {
+  syevjInfo_t p = nullptr;
+  SyevjParams() {
+    check(cusolverDnCreateSyevjInfo(&p), "cusolverDnCreateSyevjInfo", 0);
+    cusolverDnXsyevjSetSortEig(p, 1);
+  }
+  ~SyevjParams() { cusolverDnDestroySyevjInfo(p); }
+  SyevjParams(const SyevjParams&)            = delete;
+  SyevjParams& operator=(const SyevjParams&) = delete;
+};
+
+constexpr cusolverEigMode_t vectors = CUSOLVER_EIG_MODE_VECTOR;
+constexpr cublasFillMode_t lower    = CUBLAS_FILL_MODE_LOWER;
+
+template <class T>
+std::int64_t eigh_work(const ExecutionSpace& exec, int m, int n, T* a, T* w) {
+  std::lock_guard<std::mutex> lock(cusolver_mutex());
+  cusolverDnHandle_t h = cusolver_handle();
+  check(cusolverDnSetStream(h, exec.cuda_stream()), "cusolverDnSetStream", n);
+  int lwork = 0;
+  if (n <= syevj_batched_max_n) {
+    SyevjParams p;
+    if constexpr (std::is_same<T, float>::value)
+      check(cusolverDnSsyevjBatched_bufferSize(h, vectors, lower, n, a, n, w, &lwork, p.p, m),
+            "cusolverDnSsyevjBatched_bufferSize", n);
+    else
+      check(cusolverDnDsyevjBatched_bufferSize(h, vectors, lower, n, a, n, w, &lwork, p.p, m),
+            "cusolverDnDsyevjBatched_bufferSize", n);
+  } else if constexpr (std::is_same<T, float>::value) {
+    check(cusolverDnSsyevd_bufferSize(h, vectors, lower, n, a, n, w, &lwork), "cusolverDnSsyevd_bufferSize", n);
+  } else {
+    check(cusolverDnDsyevd_bufferSize(h, vectors, lower, n, a, n, w, &lwork), "cusolverDnDsyevd_bufferSize", n);
+  }
+  return lwork;
+}
+
+template <class T>
+void eigh(const ExecutionSpace& exec, int m, int n, T* a, T* w, int* info, T* work, std::int64_t lwork) {
+  if (m == 0 || n == 0) return;
+  if (lwork > INT_MAX) throw Error("koptim::linalg::cusolver_eigh: a workspace beyond cuSOLVER's int");
+  const int lw = static_cast<int>(lwork);
+  std::lock_guard<std::mutex> lock(cusolver_mutex());
+  cusolverDnHandle_t h = cusolver_handle();
+  check(cusolverDnSetStream(h, exec.cuda_stream()), "cusolverDnSetStream", n);
+  if (n <= syevj_batched_max_n) {
+    SyevjParams p;
+    if constexpr (std::is_same<T, float>::value)
+      check(cusolverDnSsyevjBatched(h, vectors, lower, n, a, n, w, work, lw, info, p.p, m), "cusolverDnSsyevjBatched",
+            n);
+    else
+      check(cusolverDnDsyevjBatched(h, vectors, lower, n, a, n, w, work, lw, info, p.p, m), "cusolverDnDsyevjBatched",
+            n);
+    return;
+  }
+  const std::int64_t nn = static_cast<std::int64_t>(n) * n;
+  for (int g = 0; g < m; ++g) {
+    if constexpr (std::is_same<T, float>::value)
+      check(cusolverDnSsyevd(h, vectors, lower, n, a + g * nn, n, w + std::int64_t(g) * n, work, lw, info + g),
+            "cusolverDnSsyevd", n);
+    else
+      check(cusolverDnDsyevd(h, vectors, lower, n, a + g * nn, n, w + std::int64_t(g) * n, work, lw, info + g),
+            "cusolverDnDsyevd", n);
+  }
+}
+
+}  // namespace
+
+std::int64_t cusolver_eigh_work(const ExecutionSpace& exec, int m, int n, float* a, float* w) {
+  return eigh_work(exec, m, n, a, w);
+}
+std::int64_t cusolver_eigh_work(const ExecutionSpace& exec, int m, int n, double* a, double* w) {
+  return eigh_work(exec, m, n, a, w);
+}
+void cusolver_eigh(const ExecutionSpace& exec, int m, int n, float* a, float* w, int* info, float* work,
+                   std::int64_t lwork) {
+  eigh(exec, m, n, a, w, info, work, lwork);
+}
+void cusolver_eigh(const ExecutionSpace& exec, int m, int n, double* a, double* w, int* info, double* work,
+                   std::int64_t lwork) {
+  eigh(exec, m, n, a, w, info, work, lwork);
+}
+#else
+std::int64_t cusolver_eigh_work(const ExecutionSpace&, int, int, float*, float*) { return -1; }
+std::int64_t cusolver_eigh_work(const ExecutionSpace&, int, int, double*, double*) { return -1; }
+void cusolver_eigh(const ExecutionSpace&, int, int, float*, float*, int*, float*, std::int64_t) {
+  throw Error("koptim::linalg::cusolver_eigh: koptim was built without cuSOLVER");
+}
+void cusolver_eigh(const ExecutionSpace&, int, int, double*, double*, int*, double*, std::int64_t) {
+  throw Error("koptim::linalg::cusolver_eigh: koptim was built without cuSOLVER");
+}
+#endif
+
+}  // namespace Impl
+}  // namespace linalg
+}  // namespace koptim

@@ -12,6 +12,7 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -157,8 +158,9 @@ Kokkos::View<std::uintptr_t*> address_table(const std::vector<std::array<std::ui
 // Batches of every op combination and of sizes around the 32 x 32 tile (1, 31, 33, 70; k = 0),
 // leading dimensions beyond the rows, beta = 0 over a C of NaN (BLAS: C is not read) and
 // beta != 0: every element against the sum in double of the same values.
+// team_size > 0: the portable kernel with that many threads per team (Impl::portable_gemm_batched).
 template <class T>
-void check_gemm_batched(BatchedGemmBackend backend, double tol) {
+void check_gemm_batched(BatchedGemmBackend backend, double tol, int team_size = 0) {
   std::mt19937 rng(11);
   std::normal_distribution<double> normal(0.0, 1.0);
   const std::vector<std::array<int, 3>> sizes = {{1, 1, 1}, {31, 33, 70}, {33, 1, 31}, {70, 40, 0}, {64, 64, 64}};
@@ -187,9 +189,13 @@ void check_gemm_batched(BatchedGemmBackend backend, double tol) {
                            reinterpret_cast<std::uintptr_t>(C.data() + i * sc)});
           const auto table   = address_table(ops);
           const double alpha = -1.5;
-          koptim::linalg::gemm_batched(koptim::ExecutionSpace(), s, static_cast<T>(alpha),
-                                       koptim::linalg::Impl::GemmOperands<T>{table.data(), count, 0, count},
-                                       static_cast<T>(beta), backend);
+          const koptim::linalg::Impl::GemmOperands<T> operands{table.data(), count, 0, count};
+          if (team_size > 0)
+            koptim::linalg::Impl::portable_gemm_batched(koptim::ExecutionSpace(), s, static_cast<T>(alpha), operands,
+                                                        static_cast<T>(beta), team_size);
+          else
+            koptim::linalg::gemm_batched(koptim::ExecutionSpace(), s, static_cast<T>(alpha), operands,
+                                         static_cast<T>(beta), backend);
           const auto got = host_values(C);
           for (int p = 0; p < count; ++p)
             for (int j = 0; j < n; ++j)
@@ -221,6 +227,14 @@ TEST(Gemm, BatchedPortableFloat) { check_gemm_batched<float>(BatchedGemmBackend:
 TEST(Gemm, BatchedPortableDouble) { check_gemm_batched<double>(BatchedGemmBackend::portable, 1e-14); }
 TEST(Gemm, BatchedAutomaticFloat) { check_gemm_batched<float>(BatchedGemmBackend::automatic, 1e-6); }
 TEST(Gemm, BatchedAutomaticDouble) { check_gemm_batched<double>(BatchedGemmBackend::automatic, 1e-14); }
+// The portable kernel with several threads per team where the backend has them (a GPU's
+// automatic choice; one thread per team on host backends otherwise).
+TEST(Gemm, BatchedPortableTeams) {
+  const int threads = std::min(4, koptim::ExecutionSpace().concurrency());
+  if (threads < 2) GTEST_SKIP() << "one thread: no team of several";
+  check_gemm_batched<float>(BatchedGemmBackend::portable, 1e-6, threads);
+  check_gemm_batched<double>(BatchedGemmBackend::portable, 1e-14, threads);
+}
 
 // A plan of Gram matrices and chained mode products over `copies` tensors of each of four shapes
 // (orders 1 to 3; every mode), against the same products made one at a time: to the bit through

@@ -981,6 +981,7 @@ void ShampooBlocks<T>::amortized(std::int64_t t) {
       ro.use_pseudo_inverse = o_.pseudo_inverse;
       ro.rank_rtol          = o_.rank_rtol;
       ro.rank_atol          = o_.rank_atol;
+      ro.products           = gemm_backend();
       const auto infos      = linalg::batched_inverse_root(exec_, Lhat, s.X, exponents, ro, &ws);
       for (std::int64_t a = 0; a < m; ++a) {
         if (infos[a].newton_fell_back) ++step_fallbacks_;

@@ -127,17 +127,25 @@ struct TiledGemmBatch {
   }
 };
 
+// team_size: 0 lets Kokkos choose (one thread per team on host backends); tests set more on
+// threaded backends to exercise the team's synchronisation.
 template <class T, class ExecSpace>
-void portable_gemm_batched(const ExecSpace& exec, const GemmShape& s, T alpha, const GemmOperands<T>& ops, T beta) {
+void portable_gemm_batched(const ExecSpace& exec, const GemmShape& s, T alpha, const GemmOperands<T>& ops, T beta,
+                           int team_size = 0) {
   const int tiles_m = (s.m + gemm_tile - 1) / gemm_tile, tiles_n = (s.n + gemm_tile - 1) / gemm_tile;
   const std::int64_t league = ops.count * tiles_m * tiles_n;
   if (league == 0) return;
   KOKKOS_ASSERT(league <= INT_MAX);
   const TiledGemmBatch<T, ExecSpace> f{s, alpha, beta, ops, tiles_m, tiles_n};
-  Kokkos::parallel_for("koptim::linalg::gemm_batched",
-                       Kokkos::TeamPolicy<ExecSpace>(exec, static_cast<int>(league), Kokkos::AUTO)
-                           .set_scratch_size(0, Kokkos::PerTeam(TiledGemmBatch<T, ExecSpace>::scratch_bytes())),
-                       f);
+  const auto scratch = Kokkos::PerTeam(TiledGemmBatch<T, ExecSpace>::scratch_bytes());
+  if (team_size > 0)
+    Kokkos::parallel_for(
+        "koptim::linalg::gemm_batched",
+        Kokkos::TeamPolicy<ExecSpace>(exec, static_cast<int>(league), team_size).set_scratch_size(0, scratch), f);
+  else
+    Kokkos::parallel_for(
+        "koptim::linalg::gemm_batched",
+        Kokkos::TeamPolicy<ExecSpace>(exec, static_cast<int>(league), Kokkos::AUTO).set_scratch_size(0, scratch), f);
 }
 
 }  // namespace Impl

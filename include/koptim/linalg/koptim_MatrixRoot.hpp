@@ -79,6 +79,9 @@ struct InverseRootOptions {
   int newton_max_iterations = 100;
   double newton_tolerance   = 1e-6;
   JacobiOptions jacobi;
+  // The batched GEMMs of the roots' reconstruction and of the coupled Newton iteration (portable:
+  // koptim's kernel even where host BLAS or cuBLAS would take them; for tests).
+  BatchedGemmBackend products = BatchedGemmBackend::automatic;
 };
 
 struct RootInfo {
@@ -623,6 +626,56 @@ EigenOutcome eigen_roots(const ExecSpace& space, const LView& L, const XView& X,
   return eigen_roots<Tw>(space, ws, L, X, a, which, rs, use_lapack, jopt, products);
 }
 
+// C = A B for n x n column-major matrices (leading dimension n), in steps: the products of a step
+// are independent of each other, steps run in order; each product is three addresses (A, B, C).
+// With host memory one BLAS gemm per product, a step's products at once on the host threads;
+// otherwise one batched GEMM per step (gemm_batched), the operand table of all steps copied to
+// the device in one copy (into the workspace).
+template <class T, class ExecSpace, class Mem>
+void square_product_steps(const ExecSpace& space, RootWorkspace<Mem>& ws,
+                          const std::vector<std::vector<std::array<std::uintptr_t, 3>>>& steps, int n,
+                          BatchedGemmBackend backend) {
+  std::int64_t total = 0;
+  for (const auto& s : steps) total += static_cast<std::int64_t>(s.size());
+  if (total == 0 || n == 0) return;
+  if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, Mem>::accessible) {
+    if (backend == BatchedGemmBackend::automatic) {
+      const auto host = koptim::Impl::host_instance(space);
+      for (const auto& s : steps) {
+        const std::array<std::uintptr_t, 3>* const q = s.data();
+        Kokkos::parallel_for("koptim::linalg::newton_products",
+                             Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace, Kokkos::Schedule<Kokkos::Dynamic>>(
+                                 host, 0, s.size()),
+                             [=](const std::size_t i) {
+                               Impl::blas_gemm('N', 'N', n, n, n, T(1), reinterpret_cast<const T*>(q[i][0]), n,
+                                               reinterpret_cast<const T*>(q[i][1]), n, T(0),
+                                               reinterpret_cast<T*>(q[i][2]), n);
+                             });
+      }
+      host.fence();
+      return;
+    }
+  }
+  std::vector<std::uintptr_t> table(3 * total);
+  std::int64_t at = 0;
+  for (const auto& s : steps)
+    for (const auto& q : s) {
+      for (int c = 0; c < 3; ++c) table[c * total + at] = q[c];
+      ++at;
+    }
+  auto d = ws.template vector<std::uintptr_t>("koptim::linalg::newton_operands", table.size());
+  Kokkos::deep_copy(space, d,
+                    Kokkos::View<const std::uintptr_t*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+                        table.data(), table.size()));
+  std::int64_t first = 0;
+  for (const auto& s : steps) {
+    const auto count = static_cast<std::int64_t>(s.size());
+    gemm_batched(space, GemmShape{'N', 'N', n, n, n, n, n, n}, T(1),
+                 Impl::GemmOperands<T>{d.data(), total, first, count}, T(0), backend);
+    first += count;
+  }
+}
+
 // Bytes of work buffers the coupled Newton iteration may use at once (seven n x n matrices per
 // factor): the factors of a batch go through it in chunks of at most this much, at least one.
 constexpr std::size_t newton_chunk_bytes = std::size_t(256) << 20;
@@ -648,7 +701,8 @@ template <class ExecSpace, class LView, class XView>
 std::vector<RootInfo> newton_roots(const ExecSpace& space, RootWorkspace<typename LView::memory_space>& ws,
                                    const LView& L, const XView& X, const std::vector<int>& which,
                                    const std::vector<int>& p, const RootScalars& rs, int max_iterations,
-                                   double tolerance, std::size_t chunk_bytes = newton_chunk_bytes) {
+                                   double tolerance, std::size_t chunk_bytes = newton_chunk_bytes,
+                                   BatchedGemmBackend products = BatchedGemmBackend::automatic) {
   using T      = typename XView::non_const_value_type;
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
   using Member = typename Policy::member_type;
@@ -674,9 +728,6 @@ std::vector<RootInfo> newton_roots(const ExecSpace& space, RootWorkspace<typenam
     const Buffer B[3] = {buffer("koptim::linalg::newton_Mp"), buffer("koptim::linalg::newton_power"),
                          buffer("koptim::linalg::newton_square")};
     const Buffer B1   = B[0];
-    auto part         = [&](const Buffer& V, int g) {
-      return Kokkos::subview(V, Kokkos::ALL(), std::make_pair(g * n, (g + 1) * n));
-    };
     const std::vector<int> mine(which.begin() + first, which.begin() + first + c);
     const auto idx         = to_device(space, ws, mine, "koptim::linalg::newton_idx");
     const auto fro2        = ws.template vector<double>("koptim::linalg::newton_norm", c);
@@ -809,12 +860,25 @@ std::vector<RootInfo> newton_roots(const ExecSpace& space, RootWorkspace<typenam
       if (std::none_of(running.begin(), running.end(), [](int r) { return r != 0; })) break;
       // Per running factor: Y M_p into the other Y buffer; M_p^p by repeated squaring in the
       // three buffers B (the product Pw, while M_p is squared, each result into the buffer neither
-      // holds; Pw starts as M_p itself); Pw M into the other M buffer.
+      // holds; Pw starts as M_p itself); Pw M into the other M buffer. As steps of independent
+      // products: every running factor's Y M_p; then the k-th product of the repeated squaring
+      // of each factor that has one, k = 1, 2, ... (factors of different p have different
+      // sequences); then every Pw M.
+      const auto at = [&](const Buffer& V, int g) {
+        return reinterpret_cast<std::uintptr_t>(V.data() + static_cast<std::size_t>(g) * n * n);
+      };
+      std::vector<std::vector<std::array<std::uintptr_t, 3>>> steps(1);
+      std::vector<std::array<std::uintptr_t, 3>> last;
       for (int g = 0; g < c; ++g) {
         if (!running[g]) continue;
         ++iterations[g];
-        Impl::gemm(space, "N", "N", T(1), part(Ys[cur], g), part(B1, g), T(0), part(Ys[1 - cur], g));
+        steps[0].push_back({at(Ys[cur], g), at(B1, g), at(Ys[1 - cur], g)});
         const auto other = [](int a, int b) { return a != 0 && b != 0 ? 0 : (a != 1 && b != 1 ? 1 : 2); };
+        std::size_t k    = 1;
+        const auto add   = [&](const std::array<std::uintptr_t, 3>& product) {
+          if (steps.size() <= k) steps.resize(k + 1);
+          steps[k++].push_back(product);
+        };
         int mp = 0, pw = -1;
         for (int e = p[first + g]; e > 0; e >>= 1) {
           if (e & 1) {
@@ -822,18 +886,20 @@ std::vector<RootInfo> newton_roots(const ExecSpace& space, RootWorkspace<typenam
               pw = mp;
             } else {
               const int t = other(mp, pw);
-              Impl::gemm(space, "N", "N", T(1), part(B[pw], g), part(B[mp], g), T(0), part(B[t], g));
+              add({at(B[pw], g), at(B[mp], g), at(B[t], g)});
               pw = t;
             }
           }
           if (e > 1) {
             const int t = other(mp, pw);
-            Impl::gemm(space, "N", "N", T(1), part(B[mp], g), part(B[mp], g), T(0), part(B[t], g));
+            add({at(B[mp], g), at(B[mp], g), at(B[t], g)});
             mp = t;
           }
         }
-        Impl::gemm(space, "N", "N", T(1), part(B[pw], g), part(Ms[cur], g), T(0), part(Ms[1 - cur], g));
+        last.push_back({at(B[pw], g), at(Ms[cur], g), at(Ms[1 - cur], g)});
       }
+      steps.push_back(last);
+      square_product_steps<T>(space, ws, steps, n, products);
       cur = 1 - cur;
       residuals(cur);
     }
@@ -1003,8 +1069,8 @@ std::vector<RootInfo> batched_inverse_root(const ExecSpace& space, const LView& 
   if (!general.empty() && options.method == RootMethod::coupled_newton) {
     std::vector<int> p, diverged;
     for (int b : general) p.push_back(Impl::newton_root_index(exponents[b]));
-    const auto newton =
-        Impl::newton_roots(space, ws, L, X, general, p, rs, options.newton_max_iterations, options.newton_tolerance);
+    const auto newton = Impl::newton_roots(space, ws, L, X, general, p, rs, options.newton_max_iterations,
+                                           options.newton_tolerance, Impl::newton_chunk_bytes, options.products);
     for (std::size_t k = 0; k < general.size(); ++k) {
       results[general[k]] = newton[k];
       // The input is finite (classify() set non-finite factors apart): a non-finite iterate means
@@ -1017,7 +1083,8 @@ std::vector<RootInfo> batched_inverse_root(const ExecSpace& space, const LView& 
     for (int b : general) results[b].newton_fell_back = true;
   }
   if (!general.empty()) {
-    const auto out = Impl::eigen_roots<T>(space, ws, L, X, a, general, rs, use_lapack, options.jacobi);
+    const auto out =
+        Impl::eigen_roots<T>(space, ws, L, X, a, general, rs, use_lapack, options.jacobi, options.products);
     std::vector<int> retry;
     for (std::size_t g = 0; g < general.size(); ++g) {
       RootInfo& r   = results[general[g]];
@@ -1034,7 +1101,8 @@ std::vector<RootInfo> batched_inverse_root(const ExecSpace& space, const LView& 
       }
     }
     if (!retry.empty()) {
-      const auto out2 = Impl::eigen_roots<double>(space, ws, L, X, a, retry, rs, use_lapack, options.jacobi);
+      const auto out2 =
+          Impl::eigen_roots<double>(space, ws, L, X, a, retry, rs, use_lapack, options.jacobi, options.products);
       for (std::size_t g = 0; g < retry.size(); ++g) {
         RootInfo& r         = results[retry[g]];
         r.retried_in_double = true;

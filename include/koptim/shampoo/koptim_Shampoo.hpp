@@ -150,10 +150,10 @@ class Shampoo : public Optimizer {
   void batch_blocks_on_host(bool on) { batch_blocks_on_host_ = on; }
   bool batch_blocks_on_host() const { return batch_blocks_on_host_; }
   // The products of the device form (factor updates, preconditioning: GEMMs batched by shape over
-  // all blocks) through koptim's portable batched kernel, even where host BLAS (host memory) or
-  // cuBLAS (a CUDA build) would take them: to test that kernel in Shampoo on a CPU, with
-  // batch_blocks_on_host(false). Off by default. The same results to rounding (sums in another
-  // order than BLAS's).
+  // all blocks) and of the root computations (the roots' reconstruction, coupled Newton) through
+  // koptim's portable batched kernel, even where host BLAS (host memory) or cuBLAS (a CUDA build)
+  // would take them: to test that kernel in Shampoo on a CPU, with batch_blocks_on_host(false).
+  // Off by default. The same results to rounding (sums in another order than BLAS's).
   void portable_products(bool on) { portable_products_ = on; }
   bool portable_products() const { return portable_products_; }
 

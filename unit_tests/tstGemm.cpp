@@ -293,10 +293,19 @@ void check_product_plan(BatchedGemmBackend backend, double tol) {
     exec.fence();
     for (auto& k : cases) {
       const int last = static_cast<int>(k.shape.size()) - 1;
-      for (int j = 0; j <= last; ++j)
-        koptim::linalg::gram_of_unfolding<T>(exec, k.g.data(), k.shape, j, T(0.25), T(0.5), k.L_one[j].data());
-      koptim::linalg::mode_product<T>(exec, k.g.data(), k.shape, 0, k.A[0].data(), 'N', k.y0_one.data());
-      koptim::linalg::mode_product<T>(exec, k.y0_one.data(), k.shape, last, k.A[last].data(), 'T', k.y1_one.data());
+      // With host memory the host-serial forms (the BLAS calls the plan's host stages make;
+      // mode_product goes through Kokkos Kernels, which may take its own kernel for small sizes).
+      if constexpr (host_memory) {
+        for (int j = 0; j <= last; ++j)
+          koptim::linalg::host_gram_of_unfolding<T>(k.g.data(), k.shape, j, T(0.25), T(0.5), k.L_one[j].data());
+        koptim::linalg::host_mode_product<T>(k.g.data(), k.shape, 0, k.A[0].data(), 'N', k.y0_one.data());
+        koptim::linalg::host_mode_product<T>(k.y0_one.data(), k.shape, last, k.A[last].data(), 'T', k.y1_one.data());
+      } else {
+        for (int j = 0; j <= last; ++j)
+          koptim::linalg::gram_of_unfolding<T>(exec, k.g.data(), k.shape, j, T(0.25), T(0.5), k.L_one[j].data());
+        koptim::linalg::mode_product<T>(exec, k.g.data(), k.shape, 0, k.A[0].data(), 'N', k.y0_one.data());
+        koptim::linalg::mode_product<T>(exec, k.y0_one.data(), k.shape, last, k.A[last].data(), 'T', k.y1_one.data());
+      }
       exec.fence();
       std::vector<std::pair<Kokkos::View<T*>, Kokkos::View<T*>>> pairs = {{k.y0, k.y0_one}, {k.y1, k.y1_one}};
       for (int j = 0; j <= last; ++j) pairs.push_back({k.L[j], k.L_one[j]});

@@ -290,6 +290,17 @@ TEST(Shampoo, RootMethodsAgree) {
   }
 }
 
+// The settings the comparisons of the forms of a step share: blocks of at most 32, roots from
+// step 2 on, every second step.
+void small_blocks(Teuchos::ParameterList& l) {
+  l.set("optimizer", std::string("Shampoo"));
+  l.set("lr", 0.01);
+  l.set("epsilon", 1e-6);
+  l.set("max_preconditioner_dim", 32);
+  l.set("precondition_frequency", 2);
+  l.set("start_preconditioning_step", 2);
+}
+
 // The variants of the direction the two forms of a step are compared on.
 std::vector<std::pair<std::string, Teuchos::ParameterList>> direction_variants() {
   std::vector<std::pair<std::string, Teuchos::ParameterList>> cases;
@@ -354,12 +365,7 @@ TEST(Shampoo, HostBatchOfBlocksEqualsBlockAfterBlock) {
     c.add_to(params, "c", decayed);
     d.add_to(params, "d", decayed);
     e.add_to(params, "e", fast);
-    l.set("optimizer", std::string("Shampoo"));
-    l.set("lr", 0.01);
-    l.set("epsilon", 1e-6);
-    l.set("max_preconditioner_dim", 32);
-    l.set("precondition_frequency", 2);
-    l.set("start_preconditioning_step", 2);
+    small_blocks(l);
     auto opt = koptim::create(params, l);
     dynamic_cast<koptim::Shampoo&>(*opt).batch_blocks_on_host(batch);
     EXPECT_GT(dynamic_cast<koptim::Shampoo&>(*opt).num_blocks(), 8u);
@@ -412,12 +418,7 @@ TEST(Shampoo, PortableBatchedProductsEqualHostBlas) {
     e.add_to(params, "e");
     d2.add_to(params, "d2");
     e2.add_to(params, "e2");
-    l.set("optimizer", std::string("Shampoo"));
-    l.set("lr", 0.01);
-    l.set("epsilon", 1e-6);
-    l.set("max_preconditioner_dim", 32);
-    l.set("precondition_frequency", 2);
-    l.set("start_preconditioning_step", 2);
+    small_blocks(l);
     auto opt      = koptim::create(params, l);
     auto& shampoo = dynamic_cast<koptim::Shampoo&>(*opt);
     shampoo.batch_blocks_on_host(false);

@@ -78,6 +78,22 @@ struct TiledGemmBatch {
 
   static std::size_t scratch_bytes() { return 3 * Scratch::shmem_size(gemm_tile * gemm_tile); }
 
+  // tile(r + t c) = op(X)(r0 + r, c0 + c) for r, c < t, 0 outside the rows x cols matrix op(X);
+  // X column-major with leading dimension ld, op(X) = X^T when trans. The index that walks X's
+  // memory contiguously varies fastest.
+  KOKKOS_INLINE_FUNCTION static void load(const Member& team, const Scratch& tile, const T* X, bool trans, int ld,
+                                          int r0, int c0, int rows, int cols) {
+    constexpr int t = gemm_tile;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, t * t), [&](const int e) {
+      const int x = e % t, y = e / t;
+      const int r = trans ? y : x, c = trans ? x : y;
+      const bool in   = r0 + r < rows && c0 + c < cols;
+      tile(r + t * c) = !in     ? T(0)
+                        : trans ? X[(c0 + c) + std::int64_t(r0 + r) * ld]
+                                : X[(r0 + r) + std::int64_t(c0 + c) * ld];
+    });
+  }
+
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
     constexpr int t  = gemm_tile;
     const int league = team.league_rank();
@@ -90,25 +106,9 @@ struct TiledGemmBatch {
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, t * t), [&](const int e) { cs(e) = T(0); });
     const bool ta = s.ta == 'T', tb = s.tb == 'T';
     for (int l0 = 0; l0 < s.k; l0 += t) {
-      team.team_barrier();  // the previous panel's products are done
-      // as(i + t l) = op(A)(i0 + i, l0 + l), bs(l + t j) = op(B)(l0 + l, j0 + j); the index that
-      // walks memory contiguously varies fastest.
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, t * t), [&](const int e) {
-        const int x = e % t, y = e / t;
-        const int i = ta ? y : x, l = ta ? x : y;  // 'N': A(i, l) at i + l lda; 'T': A(l, i) at l + i lda
-        const bool in = i0 + i < s.m && l0 + l < s.k;
-        as(i + t * l) = !in  ? T(0)
-                        : ta ? A[(l0 + l) + std::int64_t(i0 + i) * s.lda]
-                             : A[(i0 + i) + std::int64_t(l0 + l) * s.lda];
-      });
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, t * t), [&](const int e) {
-        const int x = e % t, y = e / t;
-        const int l = tb ? y : x, j = tb ? x : y;  // 'N': B(l, j) at l + j ldb; 'T': B(j, l) at j + l ldb
-        const bool in = l0 + l < s.k && j0 + j < s.n;
-        bs(l + t * j) = !in  ? T(0)
-                        : tb ? B[(j0 + j) + std::int64_t(l0 + l) * s.ldb]
-                             : B[(l0 + l) + std::int64_t(j0 + j) * s.ldb];
-      });
+      team.team_barrier();                             // the previous panel's products are done
+      load(team, as, A, ta, s.lda, i0, l0, s.m, s.k);  // as(i + t l) = op(A)(i0 + i, l0 + l)
+      load(team, bs, B, tb, s.ldb, l0, j0, s.k, s.n);  // bs(l + t j) = op(B)(l0 + l, j0 + j)
       team.team_barrier();
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, t * t), [&](const int e) {
         const int i = e % t, j = e / t;

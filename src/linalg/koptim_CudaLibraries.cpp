@@ -25,30 +25,44 @@ namespace koptim {
 namespace linalg {
 namespace Impl {
 
+#if defined(KOKKOS_ENABLE_CUDA) && \
+    (defined(KOKKOSKERNELS_ENABLE_TPL_CUBLAS) || defined(KOKKOSKERNELS_ENABLE_TPL_CUSOLVER))
+namespace {
+
+// The process's handle of one CUDA library and its lock.
+template <class Handle, class Status>
+struct Library {
+  std::mutex mutex;
+  Handle handle = nullptr;
+  // Under mutex: the handle, created at the first call (create(&handle) must return ok), and
+  // destroyed at Kokkos::finalize.
+  Handle get(Status (*create)(Handle*), Status (*destroy)(Handle), Status ok, const char* what) {
+    if (handle == nullptr) {
+      const Status status = create(&handle);
+      if (status != ok) {
+        handle = nullptr;
+        throw Error(std::string("koptim::linalg: ") + what + " failed (status " +
+                    std::to_string(static_cast<int>(status)) + ")");
+      }
+      Kokkos::push_finalize_hook([this, destroy] {
+        std::lock_guard<std::mutex> lock(mutex);
+        destroy(handle);
+        handle = nullptr;
+      });
+    }
+    return handle;
+  }
+};
+
+}  // namespace
+#endif
+
 #if defined(KOKKOS_ENABLE_CUDA) && defined(KOKKOSKERNELS_ENABLE_TPL_CUBLAS)
 namespace {
 
-std::mutex& cublas_mutex() {
-  static std::mutex m;
-  return m;
-}
-
-// Under cublas_mutex().
-cublasHandle_t& cublas_handle() {
-  static cublasHandle_t handle = nullptr;
-  if (handle == nullptr) {
-    const cublasStatus_t status = cublasCreate(&handle);
-    if (status != CUBLAS_STATUS_SUCCESS) {
-      handle = nullptr;
-      throw Error("koptim::linalg::gemm_batched: cublasCreate failed (cuBLAS status " + std::to_string(status) + ")");
-    }
-    Kokkos::push_finalize_hook([] {
-      std::lock_guard<std::mutex> lock(cublas_mutex());
-      cublasDestroy(cublas_handle());
-      cublas_handle() = nullptr;
-    });
-  }
-  return handle;
+Library<cublasHandle_t, cublasStatus_t>& cublas() {
+  static Library<cublasHandle_t, cublasStatus_t> library;
+  return library;
 }
 
 cublasOperation_t op(char t) { return t == 'T' ? CUBLAS_OP_T : CUBLAS_OP_N; }
@@ -61,8 +75,8 @@ bool cublas_batched(const ExecutionSpace& exec, const GemmShape& s, T alpha, con
     if (ops.count > INT_MAX)
       throw Error("koptim::linalg::gemm_batched: a batch of " + std::to_string(ops.count) +
                   " products, beyond cuBLAS's int");
-    std::lock_guard<std::mutex> lock(cublas_mutex());
-    cublasHandle_t h      = cublas_handle();
+    std::lock_guard<std::mutex> lock(cublas().mutex);
+    cublasHandle_t h      = cublas().get(cublasCreate, cublasDestroy, CUBLAS_STATUS_SUCCESS, "cublasCreate");
     cublasStatus_t status = cublasSetStream(h, exec.cuda_stream());
     // The three address arrays of the batch, in device memory.
     const T* const* a = reinterpret_cast<const T* const*>(ops.table + ops.first);
@@ -107,28 +121,9 @@ bool cublas_gemm_batched(const ExecutionSpace&, const GemmShape&, double, const 
 #if defined(KOKKOS_ENABLE_CUDA) && defined(KOKKOSKERNELS_ENABLE_TPL_CUSOLVER)
 namespace {
 
-std::mutex& cusolver_mutex() {
-  static std::mutex m;
-  return m;
-}
-
-// Under cusolver_mutex().
-cusolverDnHandle_t& cusolver_handle() {
-  static cusolverDnHandle_t handle = nullptr;
-  if (handle == nullptr) {
-    const cusolverStatus_t status = cusolverDnCreate(&handle);
-    if (status != CUSOLVER_STATUS_SUCCESS) {
-      handle = nullptr;
-      throw Error("koptim::linalg::cusolver_eigh: cusolverDnCreate failed (cuSOLVER status " + std::to_string(status) +
-                  ")");
-    }
-    Kokkos::push_finalize_hook([] {
-      std::lock_guard<std::mutex> lock(cusolver_mutex());
-      cusolverDnDestroy(cusolver_handle());
-      cusolver_handle() = nullptr;
-    });
-  }
-  return handle;
+Library<cusolverDnHandle_t, cusolverStatus_t>& cusolver() {
+  static Library<cusolverDnHandle_t, cusolverStatus_t> library;
+  return library;
 }
 
 void check(cusolverStatus_t status, const char* what, int n) {
@@ -157,8 +152,9 @@ constexpr cublasFillMode_t lower    = CUBLAS_FILL_MODE_LOWER;
 
 template <class T>
 std::int64_t eigh_work(const ExecutionSpace& exec, int m, int n, T* a, T* w) {
-  std::lock_guard<std::mutex> lock(cusolver_mutex());
-  cusolverDnHandle_t h = cusolver_handle();
+  std::lock_guard<std::mutex> lock(cusolver().mutex);
+  cusolverDnHandle_t h =
+      cusolver().get(cusolverDnCreate, cusolverDnDestroy, CUSOLVER_STATUS_SUCCESS, "cusolverDnCreate");
   check(cusolverDnSetStream(h, exec.cuda_stream()), "cusolverDnSetStream", n);
   int lwork = 0;
   if (n <= syevj_batched_max_n) {
@@ -182,8 +178,9 @@ void eigh(const ExecutionSpace& exec, int m, int n, T* a, T* w, int* info, T* wo
   if (m == 0 || n == 0) return;
   if (lwork > INT_MAX) throw Error("koptim::linalg::cusolver_eigh: a workspace beyond cuSOLVER's int");
   const int lw = static_cast<int>(lwork);
-  std::lock_guard<std::mutex> lock(cusolver_mutex());
-  cusolverDnHandle_t h = cusolver_handle();
+  std::lock_guard<std::mutex> lock(cusolver().mutex);
+  cusolverDnHandle_t h =
+      cusolver().get(cusolverDnCreate, cusolverDnDestroy, CUSOLVER_STATUS_SUCCESS, "cusolverDnCreate");
   check(cusolverDnSetStream(h, exec.cuda_stream()), "cusolverDnSetStream", n);
   if (n <= syevj_batched_max_n) {
     SyevjParams p;

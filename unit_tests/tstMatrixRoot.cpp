@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <random>
 #include <string>
@@ -658,6 +659,62 @@ void newton_batch_equals_one_at_a_time() {
 
 TEST(MatrixRoot, CoupledNewtonBatchEqualsOneAtATimeDouble) { newton_batch_equals_one_at_a_time<double>(); }
 TEST(MatrixRoot, CoupledNewtonBatchEqualsOneAtATimeFloat) { newton_batch_equals_one_at_a_time<float>(); }
+
+// cuSOLVER's eigendecompositions (Impl::cusolver_eigh_batch), where the memory is the device's and
+// koptim has cuSOLVER: the [-1,2,-1] tridiagonal matrix's closed form, eigenvectors in the rows,
+// at 10 (syevjBatched) and 40 (syevd, matrix after matrix); a matrix with a NaN off the diagonal
+// is flagged and replaced by the identity when every entry is checked. Elsewhere the call must
+// decline and leave everything as it was (the callers then take LAPACK on host copies).
+template <class T>
+void cusolver_batch_closed_form() {
+  using koptim::linalg::eigh_info_nonfinite_input;
+  const bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, koptim::MemorySpace>::accessible;
+  for (const int n : {10, 40}) {
+    koptim::linalg::RootWorkspace<koptim::MemorySpace> ws;
+    const int m             = 3;
+    auto W                  = ws.batch<T>("W", m, n, n);
+    auto E                  = ws.matrix<T>("E", m, n, true);
+    auto info               = ws.vector<int>("info", m, true);
+    auto Wh                 = Kokkos::create_mirror_view(Kokkos::HostSpace(), W);
+    std::vector<Dense> mats = {tridiagonal(n), tridiagonal(n), tridiagonal(n)};
+    mats[1](3, 1) = mats[1](1, 3) = std::numeric_limits<double>::quiet_NaN();
+    koptim_test::fill_batch(Wh, mats);
+    Kokkos::deep_copy(W, Wh);
+    const bool ran = koptim::linalg::Impl::cusolver_eigh_batch(koptim::ExecutionSpace(), ws, W, E, info, false);
+    auto Vh        = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), W);
+    auto Eh        = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), E);
+    auto Ih        = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), info);
+    if (host) {
+      EXPECT_FALSE(ran) << "cuSOLVER on host memory";
+      for (std::size_t k = 0; k < Vh.size(); ++k)
+        if (k / (std::size_t(n) * n) != 1) ASSERT_EQ(Vh.data()[k], Wh.data()[k]) << k;
+      for (int g = 0; g < m; ++g) EXPECT_EQ(Ih(g), 0);
+      continue;
+    }
+    if (!ran) {
+      std::printf("koptim: this build has no cuSOLVER (device memory, n = %d): cusolver_eigh_batch declined\n", n);
+      for (int g = 0; g < m; ++g) EXPECT_EQ(Ih(g), 0);
+      continue;
+    }
+    ASSERT_FALSE(host);
+    const double tol = std::is_same<T, float>::value ? 2e-5 : 1e-12;
+    for (int g : {0, 2}) {
+      ASSERT_EQ(Ih(g), 0) << "n " << n << " matrix " << g;
+      for (int k = 0; k < n; ++k) {
+        EXPECT_NEAR(Eh(g, k), koptim_test::tridiagonal_eigenvalue(n, k), 4 * tol) << "n " << n << " k " << k;
+        double dot = 0;  // eigenvector k is row k
+        for (int j = 0; j < n; ++j) dot += Vh(g, k, j) * koptim_test::tridiagonal_vector(n, j, k);
+        EXPECT_NEAR(std::fabs(dot), 1.0, 100 * tol) << "eigenvector " << k << " of n " << n;
+      }
+    }
+    EXPECT_EQ(Ih(1), eigh_info_nonfinite_input) << "n " << n;
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < n; ++j) ASSERT_TRUE(std::isfinite(static_cast<double>(Vh(1, i, j)))) << i << " " << j;
+  }
+}
+
+TEST(MatrixRoot, CusolverBatchClosedFormDouble) { cusolver_batch_closed_form<double>(); }
+TEST(MatrixRoot, CusolverBatchClosedFormFloat) { cusolver_batch_closed_form<float>(); }
 
 TEST(MatrixRoot, BatchOfMixedFactors) {
   // One batch: dense SPD (a = 1/4), diagonal (a = 1/2), a factor with exponent 0, a NaN factor,

@@ -243,6 +243,16 @@ TEST(ShampooReference, TrajectoriesInDoubleWithJacobi) {
   }
 }
 
+// eigensolver = lapack on device memory takes cuSOLVER (syevjBatched for the small blocks, syevd
+// above), for the roots and the eigenvalue-corrected eigenbases, where automatic takes the batched
+// Jacobi solver: the same trajectories. On host memory lapack is automatic's choice, which
+// TrajectoriesInDouble checks.
+TEST(ShampooReference, TrajectoriesInDoubleWithLapackOnDevice) {
+  if (Kokkos::SpaceAccessibility<Kokkos::HostSpace, koptim::MemorySpace>::accessible)
+    GTEST_SKIP() << "host memory: eigensolver = lapack is automatic's choice (TrajectoriesInDouble)";
+  for (const auto& c : read_cases(false)) EXPECT_LE(run<double>(c, "lapack"), 1e-7) << c.name;
+}
+
 // In float only where the float trajectory is well conditioned (the generator's --sensitivity
 // run: cases whose factors never reach full rank with epsilon 1e-12 are rounding noise in float).
 TEST(ShampooReference, TrajectoriesInFloat) {

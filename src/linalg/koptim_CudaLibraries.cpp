@@ -9,8 +9,10 @@
 #include <koptim/linalg/koptim_Eigensolver.hpp>
 
 #include <climits>
+#include <map>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <type_traits>
 
 #if defined(KOKKOS_ENABLE_CUDA) && \
@@ -135,17 +137,30 @@ void check(cusolverStatus_t status, const char* what, int n) {
 // cuSOLVER's syevjBatched takes matrices up to 32 x 32.
 constexpr int syevj_batched_max_n = 32;
 
-// The syevjBatched parameters: sorted eigenvalues, cuSOLVER's default tolerance and sweeps.
-struct SyevjParams {
-  syevjInfo_t p = nullptr;
-  SyevjParams() {
-    check(cusolverDnCreateSyevjInfo(&p), "cusolverDnCreateSyevjInfo", 0);
-    cusolverDnXsyevjSetSortEig(p, 1);
+// The syevjBatched parameters (sorted eigenvalues, cuSOLVER's default tolerance and sweeps), one
+// object for the process beside the handle, created at the first call under the handle's lock
+// and destroyed at Kokkos::finalize: a call that is still running on the device when the host
+// returns keeps valid parameters, and no call creates one.
+syevjInfo_t syevj_params() {
+  static syevjInfo_t params = nullptr;
+  if (params == nullptr) {
+    check(cusolverDnCreateSyevjInfo(&params), "cusolverDnCreateSyevjInfo", 0);
+    cusolverDnXsyevjSetSortEig(params, 1);
+    Kokkos::push_finalize_hook([] {
+      std::lock_guard<std::mutex> lock(cusolver().mutex);
+      cusolverDnDestroySyevjInfo(params);
+      params = nullptr;
+    });
   }
-  ~SyevjParams() { cusolverDnDestroySyevjInfo(p); }
-  SyevjParams(const SyevjParams&)            = delete;
-  SyevjParams& operator=(const SyevjParams&) = delete;
-};
+  return params;
+}
+
+// The workspace sizes cuSOLVER gave, by scalar, batch and order (under the handle's lock): a
+// Shampoo step with amortized roots asks for the same few sizes at every computation.
+std::map<std::tuple<bool, int, int>, int>& workspace_sizes() {
+  static std::map<std::tuple<bool, int, int>, int> sizes;
+  return sizes;
+}
 
 constexpr cusolverEigMode_t vectors = CUSOLVER_EIG_MODE_VECTOR;
 constexpr cublasFillMode_t lower    = CUBLAS_FILL_MODE_LOWER;
@@ -156,20 +171,23 @@ std::int64_t eigh_work(const ExecutionSpace& exec, int m, int n, T* a, T* w) {
   cusolverDnHandle_t h =
       cusolver().get(cusolverDnCreate, cusolverDnDestroy, CUSOLVER_STATUS_SUCCESS, "cusolverDnCreate");
   check(cusolverDnSetStream(h, exec.cuda_stream()), "cusolverDnSetStream", n);
+  const auto key  = std::make_tuple(std::is_same<T, double>::value, n <= syevj_batched_max_n ? m : 1, n);
+  const auto seen = workspace_sizes().find(key);
+  if (seen != workspace_sizes().end()) return seen->second;
   int lwork = 0;
   if (n <= syevj_batched_max_n) {
-    SyevjParams p;
     if constexpr (std::is_same<T, float>::value)
-      check(cusolverDnSsyevjBatched_bufferSize(h, vectors, lower, n, a, n, w, &lwork, p.p, m),
+      check(cusolverDnSsyevjBatched_bufferSize(h, vectors, lower, n, a, n, w, &lwork, syevj_params(), m),
             "cusolverDnSsyevjBatched_bufferSize", n);
     else
-      check(cusolverDnDsyevjBatched_bufferSize(h, vectors, lower, n, a, n, w, &lwork, p.p, m),
+      check(cusolverDnDsyevjBatched_bufferSize(h, vectors, lower, n, a, n, w, &lwork, syevj_params(), m),
             "cusolverDnDsyevjBatched_bufferSize", n);
   } else if constexpr (std::is_same<T, float>::value) {
     check(cusolverDnSsyevd_bufferSize(h, vectors, lower, n, a, n, w, &lwork), "cusolverDnSsyevd_bufferSize", n);
   } else {
     check(cusolverDnDsyevd_bufferSize(h, vectors, lower, n, a, n, w, &lwork), "cusolverDnDsyevd_bufferSize", n);
   }
+  workspace_sizes()[key] = lwork;
   return lwork;
 }
 
@@ -183,13 +201,12 @@ void eigh(const ExecutionSpace& exec, int m, int n, T* a, T* w, int* info, T* wo
       cusolver().get(cusolverDnCreate, cusolverDnDestroy, CUSOLVER_STATUS_SUCCESS, "cusolverDnCreate");
   check(cusolverDnSetStream(h, exec.cuda_stream()), "cusolverDnSetStream", n);
   if (n <= syevj_batched_max_n) {
-    SyevjParams p;
     if constexpr (std::is_same<T, float>::value)
-      check(cusolverDnSsyevjBatched(h, vectors, lower, n, a, n, w, work, lw, info, p.p, m), "cusolverDnSsyevjBatched",
-            n);
+      check(cusolverDnSsyevjBatched(h, vectors, lower, n, a, n, w, work, lw, info, syevj_params(), m),
+            "cusolverDnSsyevjBatched", n);
     else
-      check(cusolverDnDsyevjBatched(h, vectors, lower, n, a, n, w, work, lw, info, p.p, m), "cusolverDnDsyevjBatched",
-            n);
+      check(cusolverDnDsyevjBatched(h, vectors, lower, n, a, n, w, work, lw, info, syevj_params(), m),
+            "cusolverDnDsyevjBatched", n);
     return;
   }
   const std::int64_t nn = static_cast<std::int64_t>(n) * n;

@@ -54,11 +54,14 @@ void fill_identity(const Bank<T>& X) {
 
 // X(a) = V(a) for every matrix a whose eigendecomposition succeeded (info(a) = 0), in one kernel
 // (the others keep their previous eigenvectors): a team per matrix over its contiguous n^2
-// entries (no index arithmetic per entry).
+// entries (no index arithmetic per entry). With vectors_in_rows the eigenvectors are the rows of
+// V (cuSOLVER's layout in row-major storage), and X receives them as its columns: X(a) = V(a)^T.
 template <class X, class V, class Info>
-void take_eigenvectors(const ExecutionSpace& exec, const X& x, const V& v, const Info& info) {
+void take_eigenvectors(const ExecutionSpace& exec, const X& x, const V& v, const Info& info,
+                       bool vectors_in_rows = false) {
   using TeamPolicy      = Kokkos::TeamPolicy<ExecutionSpace>;
-  const std::int64_t nn = static_cast<std::int64_t>(x.extent(1) * x.extent(2));
+  const std::int64_t n  = static_cast<std::int64_t>(x.extent(1));
+  const std::int64_t nn = n * n;
   using T               = typename X::value_type;
   T* const dst          = x.data();
   const T* const src    = v.data();
@@ -67,8 +70,12 @@ void take_eigenvectors(const ExecutionSpace& exec, const X& x, const V& v, const
       KOKKOS_LAMBDA(const TeamPolicy::member_type& team) {
         const std::int64_t a = team.league_rank();
         if (info(a) != 0) return;
-        Kokkos::parallel_for(Kokkos::TeamVectorRange(team, nn),
-                             [&](const std::int64_t k) { dst[a * nn + k] = src[a * nn + k]; });
+        if (vectors_in_rows)
+          Kokkos::parallel_for(Kokkos::TeamVectorRange(team, nn),
+                               [&](const std::int64_t k) { dst[a * nn + k] = src[a * nn + (k % n) * n + k / n]; });
+        else
+          Kokkos::parallel_for(Kokkos::TeamVectorRange(team, nn),
+                               [&](const std::int64_t k) { dst[a * nn + k] = src[a * nn + k]; });
       });
 }
 
@@ -949,18 +956,27 @@ void ShampooBlocks<T>::amortized(std::int64_t t) {
         qr_refreshes_ += m;
       } else if (o_.eigensolver == linalg::EighSolver::lapack ||
                  (o_.eigensolver == linalg::EighSolver::automatic && host)) {
-        // LAPACK works on host memory: device factors go through host mirrors (a no-op copy-free
-        // alias when the memory is already host-accessible).
-        auto Lh = Kokkos::create_mirror_view(Kokkos::HostSpace(), Lhat);
-        auto wh = Kokkos::create_mirror_view(Kokkos::HostSpace(), w);
-        auto hi = Kokkos::create_mirror_view(Kokkos::HostSpace(), info);
-        Kokkos::deep_copy(exec_, Lh, Lhat);
-        Impl::fence(exec_, "koptim::Shampoo: the factors to LAPACK");
-        linalg::batched_eigh_lapack(Impl::host_instance(exec_), Lh, wh, hi);
-        Kokkos::deep_copy(exec_, Lhat, Lh);
-        Kokkos::deep_copy(exec_, info, hi);
-        take_status(hi);
-        take_eigenvectors(exec_, s.X, Lhat, info);
+        // cuSOLVER where the factors are in device memory and koptim has it (the eigenvectors in the
+        // rows of Lhat). Else LAPACK, on host memory: device factors go through host mirrors (a
+        // no-op copy-free alias when the memory is already host-accessible).
+        if (linalg::Impl::cusolver_eigh_batch(exec_, ws, Lhat, w, info, false)) {
+          auto hi = Kokkos::create_mirror_view(Kokkos::HostSpace(), info);
+          take_eigenvectors(exec_, s.X, Lhat, info, true);
+          Kokkos::deep_copy(exec_, hi, info);
+          Impl::fence(exec_, "koptim::Shampoo: the eigensolver's outcome to the host");
+          take_status(hi);
+        } else {
+          auto Lh = Kokkos::create_mirror_view(Kokkos::HostSpace(), Lhat);
+          auto wh = Kokkos::create_mirror_view(Kokkos::HostSpace(), w);
+          auto hi = Kokkos::create_mirror_view(Kokkos::HostSpace(), info);
+          Kokkos::deep_copy(exec_, Lh, Lhat);
+          Impl::fence(exec_, "koptim::Shampoo: the factors to LAPACK");
+          linalg::batched_eigh_lapack(Impl::host_instance(exec_), Lh, wh, hi);
+          Kokkos::deep_copy(exec_, Lhat, Lh);
+          Kokkos::deep_copy(exec_, info, hi);
+          take_status(hi);
+          take_eigenvectors(exec_, s.X, Lhat, info);
+        }
       } else {
         const auto V      = ws.template batch<T>("koptim::Shampoo::eigenvectors", m, n, n, true, exec_);
         const auto sweeps = ws.template vector<int>("koptim::Shampoo::sweeps", m, true, exec_);

@@ -398,11 +398,13 @@ struct EigenOutcome {
 // The eigendecompositions of the LAPACK path (eigenvectors in the rows of W, eigenvalues
 // ascending in E, codes in info) by cuSOLVER on the device (Impl::cusolver_eigh), where the
 // matrices are in device memory and koptim has cuSOLVER; false, with nothing done, elsewhere.
-// As on the host, a matrix whose shifted diagonal is not finite is not solved: a kernel first
-// replaces it by the identity, and its code becomes eigh_info_nonfinite_input afterwards.
+// As on the host, a matrix with an entry that is not finite is not solved: a kernel first
+// replaces it by the identity, and its code becomes eigh_info_nonfinite_input afterwards. Only
+// the diagonal is checked where the caller knows the rest finite (diagonal_only: the root path's
+// factors were classified, and only a shift can have overflowed), every entry otherwise.
 template <class ExecSpace, class Mem, class WorkBatch, class Values, class Info>
 bool cusolver_eigh_batch(const ExecSpace& space, RootWorkspace<Mem>& ws, const WorkBatch& W, const Values& E,
-                         const Info& info) {
+                         const Info& info, bool diagonal_only) {
   if constexpr (!std::is_same<ExecSpace, ExecutionSpace>::value ||
                 Kokkos::SpaceAccessibility<Kokkos::HostSpace, Mem>::accessible) {
     return false;
@@ -418,9 +420,14 @@ bool cusolver_eigh_batch(const ExecSpace& space, RootWorkspace<Mem>& ws, const W
         KOKKOS_LAMBDA(const Team& team) {
           const int g = team.league_rank();
           int count   = 0;
-          Kokkos::parallel_reduce(
-              Kokkos::TeamThreadRange(team, n),
-              [&](const int i, int& c) { c += koptim::Impl::is_finite(W(g, i, i)) ? 0 : 1; }, count);
+          if (diagonal_only)
+            Kokkos::parallel_reduce(
+                Kokkos::TeamThreadRange(team, n),
+                [&](const int i, int& c) { c += koptim::Impl::is_finite(W(g, i, i)) ? 0 : 1; }, count);
+          else
+            Kokkos::parallel_reduce(
+                Kokkos::TeamThreadRange(team, n * n),
+                [&](const int t, int& c) { c += koptim::Impl::is_finite(W(g, t / n, t % n)) ? 0 : 1; }, count);
           if (count > 0)
             Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n * n),
                                  [&](const int t) { W(g, t / n, t % n) = t / n == t % n ? T(1) : T(0); });
@@ -527,7 +534,7 @@ EigenOutcome eigen_roots(const ExecSpace& space, RootWorkspace<typename LView::m
 
   WorkBatch Q;
   const auto info = ws.template vector<int>("koptim::linalg::eigen_info", m, true, space);
-  if (use_lapack && cusolver_eigh_batch(space, ws, W, E, info)) {
+  if (use_lapack && cusolver_eigh_batch(space, ws, W, E, info, true)) {
     Q = W;
     out.sweeps.assign(m, 0);
   } else if (use_lapack) {

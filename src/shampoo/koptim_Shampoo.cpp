@@ -23,6 +23,7 @@
 #include <limits>
 #include <numeric>
 #include <sstream>
+#include <tuple>
 #include <type_traits>
 
 #if defined(__unix__)
@@ -78,6 +79,13 @@ void take_eigenvectors(const ExecutionSpace& exec, const X& x, const V& v, const
                                [&](const std::int64_t k) { dst[a * nn + k] = src[a * nn + k]; });
       });
 }
+
+// w <- g over a piece table's entries (a functor: the callers are private members, where nvcc
+// allows no extended lambda).
+template <class T>
+struct CopyPiece {
+  KOKKOS_INLINE_FUNCTION void operator()(const Impl::PieceArrays<T>& c, const std::int64_t i) const { c.w[i] = c.g[i]; }
+};
 
 // A block's buffers as plain pointers (null where the block has none), with where its elements
 // live in the user's tensors. A table of these lets each element-wise phase of a step run as one
@@ -449,6 +457,10 @@ class ShampooBlocks {
     Slot in, out, spare;
     bool inverse_rotation;
     linalg::ProductPlan<T> plan;
+    // out <- in for every block (before the first roots: X = I) and for the blocks without
+    // preconditioned dimensions (afterwards): a table each, one kernel over its chunks.
+    Impl::PieceTable<T> copy_all, copy_unpreconditioned;
+    std::int64_t copy_all_chunks = 0, copy_unpreconditioned_chunks = 0;
   };
   void precondition_all(const Preconditioning& pc);
   Preconditioning preconditioning(Slot in, Slot out, Slot spare, bool inverse_rotation) const;
@@ -635,8 +647,20 @@ void ShampooBlocks<T>::build_plans() {
 template <class T>
 typename ShampooBlocks<T>::Preconditioning ShampooBlocks<T>::preconditioning(Slot in, Slot out, Slot spare,
                                                                              bool inverse_rotation) const {
-  Preconditioning pc{in, out, spare, inverse_rotation, {}};
+  Preconditioning pc{in, out, spare, inverse_rotation, {}, {}, {}};
   const char trans = o_.eigenvalue_corrected ? (inverse_rotation ? 'T' : 'N') : 'T';
+  std::vector<Impl::PieceArrays<T>> all, unpreconditioned;
+  for (const auto& b : blocks_) {
+    Impl::PieceArrays<T> copy;
+    copy.w    = (b.*out).data();
+    copy.g    = (b.*in).data();
+    copy.size = b.size;
+    all.push_back(copy);
+    if (b.preconditioned.empty()) unpreconditioned.push_back(copy);
+  }
+  std::tie(pc.copy_all, pc.copy_all_chunks) = Impl::make_piece_table("koptim::Shampoo::copy_all", all);
+  std::tie(pc.copy_unpreconditioned, pc.copy_unpreconditioned_chunks) =
+      Impl::make_piece_table("koptim::Shampoo::copy_unpreconditioned", unpreconditioned);
   for (const auto& b : blocks_) {
     const std::vector<int>& dims = b.preconditioned;
     const T* src                 = (b.*in).data();
@@ -658,8 +682,9 @@ void ShampooBlocks<T>::precondition_all(const Preconditioning& pc) {
     for (auto& b : blocks_) precondition(b, b.*pc.in, b.*pc.out, b.*pc.spare, pc.inverse_rotation, false);
     return;
   }
-  for (auto& b : blocks_)
-    if (!roots_ready_ || b.preconditioned.empty()) Kokkos::deep_copy(exec_, b.*pc.out, b.*pc.in);
+  const auto& copies = roots_ready_ ? pc.copy_unpreconditioned : pc.copy_all;
+  Impl::for_each_piece_element(exec_, "koptim::Shampoo::copy_through", copies,
+                               roots_ready_ ? pc.copy_unpreconditioned_chunks : pc.copy_all_chunks, CopyPiece<T>{});
   if (roots_ready_) pc.plan.run(exec_, T(1), T(0), gemm_backend());
 }
 

@@ -2,7 +2,8 @@
 // - the inverse root of one block (n = 256, 1024) through koptim's LAPACK path, beside LAPACK's
 //   ssyevd alone and ssyevd plus the reconstruction Q diag(l^-a) Q^T by sgemm called directly;
 // - 256 blocks of 64x64: the batched Jacobi eigensolver and batched inverse roots (Jacobi and
-//   LAPACK paths) beside a loop of ssyevd;
+//   LAPACK paths) beside a loop of ssyevd; BM_BatchedRootsBySize: the two paths' batched roots
+//   from 8 x 8 to 256 x 256 (what eigensolver = automatic weighs on a GPU);
 // - one step() of Shampoo (precondition_frequency 1 and 100) and of AdamW on a 4-layer MLP
 //   parameter set of width 1024 (4 x (1024x1024 + 1024) parameters), with state_bytes/parameter;
 // - BM_MlpStepBlasShare: Shampoo's preconditioned step on that MLP (frequency 100, between two
@@ -213,6 +214,32 @@ void BM_BatchedInverseRoot_256x64(benchmark::State& state) {
     benchmark::DoNotOptimize(info.data());
   }
   state.SetLabel(state.range(0) == 0 ? "lapack" : (state.range(0) == 1 ? "jacobi" : "coupled_newton"));
+}
+
+// What eigensolver = automatic would weigh on device memory: the inverse roots (exponent 1/4) of a
+// batch of n x n factors, 2^20 entries in all (4096 of 16 x 16, ..., 16 of 256 x 256), through
+// the LAPACK path (cuSOLVER on a CUDA build: syevjBatched up to n = 32, syevd above; LAPACK on a
+// CPU) and through the batched Jacobi solver. Arg 0: 0 lapack, 1 jacobi; arg 1: n. The counter
+// us_per_factor is the time per factor.
+void BM_BatchedRootsBySize(benchmark::State& state) {
+  const int n     = static_cast<int>(state.range(1));
+  const int count = (1 << 20) / (n * n);
+  Kokkos::View<float***> L("L", count, n, n), X("X", count, n, n);
+  auto h = Kokkos::create_mirror_view(L);
+  for (int b = 0; b < count; ++b) {
+    const auto a = spd(n, 300 + b);
+    std::copy(a.begin(), a.end(), h.data() + static_cast<std::size_t>(b) * n * n);
+  }
+  Kokkos::deep_copy(L, h);
+  koptim::linalg::InverseRootOptions o;
+  o.solver = state.range(0) == 1 ? koptim::linalg::EighSolver::jacobi : koptim::linalg::EighSolver::lapack;
+  for (auto _ : state) {
+    auto info = koptim::linalg::batched_inverse_root(L, X, 0.25, o);
+    benchmark::DoNotOptimize(info.data());
+  }
+  state.counters["us_per_factor"] = benchmark::Counter(
+      static_cast<double>(count) * 1e-6, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  state.SetLabel(state.range(0) == 0 ? "lapack" : "jacobi");
 }
 
 // Y = M x_0 X_b^T x_1 X_b^T for `blocks` blocks b of n x n (Shampoo's preconditioning of a
@@ -428,6 +455,10 @@ BENCHMARK(BM_KoptimInverseRootLapack)->Arg(64)->Arg(256)->Arg(1024)->Unit(benchm
 BENCHMARK(BM_LoopSsyevd_256x64)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_BatchedJacobi_256x64)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_BatchedInverseRoot_256x64)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_BatchedRootsBySize)
+    ->ArgsProduct({{0, 1}, {8, 16, 32, 64, 128, 256}})
+    ->Iterations(3)
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_PreconditionProducts)->Args({0, 256})->Args({1, 256})->Args({2, 256})->Unit(benchmark::kMillisecond);
 // Many small blocks: the transformer-shaped parameter set (layers of d_model 512, see
 // koptim_PerfModels.hpp) with max_preconditioner_dim 128, so that every matrix is cut into

@@ -56,8 +56,9 @@ void visit_keys(O& o, V& v) {
   v.choice("root_method", o.root_method, "Inverse roots by symmetric eigendecomposition or coupled Newton.");
   v.choice("eigensolver", o.eigensolver,
            "automatic (LAPACK for host memory, batched Jacobi otherwise), lapack or jacobi; lapack with device "
-           "memory: the inverse roots by cuSOLVER on the device where Kokkos Kernels has cuSOLVER (syevjBatched "
-           "up to n = 32, syevd above), the eigenbases of eigenvalue_corrected by LAPACK on host copies; for "
+           "memory: the eigendecompositions (of the inverse roots and of eigenvalue_corrected's eigenbases) by "
+           "cuSOLVER on the device where Kokkos Kernels has cuSOLVER (syevjBatched up to n = 32, syevd above), "
+           "else by LAPACK on host copies; for "
            "eigenbasis = qr, the refresh runs in LAPACK for host memory unless jacobi is chosen, in a Kokkos "
            "kernel otherwise.");
   v.boolean("pseudo_inverse", o.pseudo_inverse, "Pseudo-inverse roots of rank-deficient factors (needs epsilon = 0).");

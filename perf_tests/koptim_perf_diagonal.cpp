@@ -4,7 +4,12 @@
 // nonfinite_gradient = error (one extra read of the gradients); "unchecked" skips that check.
 // BM_KoptimManyTensors: AdamW on 2^20 parameters in 1, 64 or 1024 tensors.
 // BM_ReadOnce is the floor of that check: one plain read of n floats (the largest magnitude
-// bits, as the check computes them), at the bandwidth of wherever the gradients live.
+// bits, as the check computes them), in host memory.
+// Counter GB_per_s of a step: the bytes a step must move at least (per parameter: SGD and AdaGrad
+// read W, G and one state and write W and the state, 20 bytes; AdamW reads W, G, m, v and writes
+// W, m, v, 28 bytes; the check reads G once more, 4 bytes) over its time. BM_DeviceCopy is the
+// yardstick: Kokkos::deep_copy between two Views of n floats in koptim's memory space (a read
+// and a write per element, 8 bytes), the device-to-device copy bandwidth on a GPU.
 #include <koptim/koptim.hpp>
 
 #include <benchmark/benchmark.h>
@@ -25,6 +30,15 @@ void set_counters(benchmark::State& state, std::int64_t n) {
       static_cast<double>(n) * 1e-9, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
   state.counters["params"] = static_cast<double>(n);
 }
+
+// GB/s of a step that must move bytes_per_param bytes per parameter.
+void set_bandwidth(benchmark::State& state, std::int64_t n, int bytes_per_param) {
+  state.counters["GB_per_s"] = benchmark::Counter(static_cast<double>(n) * bytes_per_param * 1e-9,
+                                                  benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// The least traffic of a step per parameter (see the header comment).
+int step_bytes(Method method, bool checked) { return (method == adamw ? 28 : 20) + (checked ? 4 : 0); }
 
 void BM_KoptimStep(benchmark::State& state) {
   const auto method    = static_cast<Method>(state.range(0));
@@ -47,6 +61,7 @@ void BM_KoptimStep(benchmark::State& state) {
     Kokkos::fence();
   }
   set_counters(state, n);
+  set_bandwidth(state, n, step_bytes(method, checked));
   state.SetLabel(std::string(names[method]) + (checked ? " checked" : " unchecked"));
 }
 
@@ -75,6 +90,7 @@ void BM_KoptimManyTensors(benchmark::State& state) {
     Kokkos::fence();
   }
   set_counters(state, n);
+  set_bandwidth(state, n, step_bytes(adamw, true));
   state.SetLabel("AdamW, " + std::to_string(tensors) + " tensors of " + std::to_string(each));
 }
 
@@ -122,6 +138,7 @@ void BM_PlainLoop(benchmark::State& state) {
     benchmark::ClobberMemory();
   }
   set_counters(state, n);
+  set_bandwidth(state, n, step_bytes(method, false));
   state.SetLabel(std::string(names[method]) + " plain loop");
 }
 
@@ -143,6 +160,21 @@ void BM_ReadOnce(benchmark::State& state) {
   set_counters(state, n);
   state.counters["GB_per_s"] =
       benchmark::Counter(static_cast<double>(n) * sizeof(float) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// dst <- src, n floats each, in koptim's memory space.
+void BM_DeviceCopy(benchmark::State& state) {
+  const std::int64_t n = state.range(0);
+  Kokkos::View<float*> src("src", n), dst("dst", n);
+  Kokkos::deep_copy(src, 0.01f);
+  Kokkos::deep_copy(dst, src);  // first touch
+  Kokkos::fence();
+  for (auto _ : state) {
+    Kokkos::deep_copy(dst, src);
+    Kokkos::fence();
+  }
+  set_counters(state, n);
+  set_bandwidth(state, n, 8);
 }
 
 void sizes(benchmark::internal::Benchmark* b, bool with_check) {
@@ -169,6 +201,13 @@ BENCHMARK(BM_KoptimManyTensors)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(BM_PlainLoop)->Apply([](benchmark::internal::Benchmark* b) { sizes(b, false); });
+BENCHMARK(BM_DeviceCopy)
+    ->ArgName("n")
+    ->Arg(std::int64_t(1) << 20)
+    ->Arg(std::int64_t(1) << 24)
+    ->Arg(std::int64_t(1) << 26)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK(BM_ReadOnce)
     ->ArgName("n")
     ->Arg(std::int64_t(1) << 20)

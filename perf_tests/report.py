@@ -12,21 +12,24 @@ import sys
 
 def peers(data):
     ctx = data["context"]
-    print("Machine: %s CPUs at %s MHz; Kokkos %s (%s, concurrency %s), koptim %s; torch %s; %s rounds of %s "
-          "repetitions, medians" % (ctx.get("num_cpus"), ctx.get("mhz_per_cpu"), ctx.get("kokkos_version"),
+    print("Machine: %s CPUs at %s MHz%s; Kokkos %s (%s, concurrency %s), koptim %s; torch %s; %s rounds of %s "
+          "repetitions, medians" % (ctx.get("num_cpus"), ctx.get("mhz_per_cpu"),
+                                    ", GPU %s" % ctx["gpu"] if ctx.get("gpu") else "", ctx.get("kokkos_version"),
                                     ctx.get("kokkos_execution_space"), ctx.get("kokkos_concurrency"),
                                     ctx.get("koptim_git_hash"), ctx.get("torch_version"), ctx.get("rounds"),
                                     ctx.get("repetitions")))
     print("Command: `%s`" % data["command"])
     print()
-    print("| threads | method | params | implementation | ms per step | ns per param | time / torch fused |")
-    print("|---:|---|---:|---|---:|---:|---:|")
+    print("| threads | method | params | implementation | ms per step | ns per param | GB/s | time / torch fused |")
+    print("|---:|---|---:|---|---:|---:|---:|---:|")
     rows = data["rows"]
     fused = {(r["threads"], r["method"], r["n"]): r["ms"] for r in rows if r["impl"] == "torch fused"}
     for r in rows:
         ref = fused.get((r["threads"], r["method"], r["n"]))
-        print("| %d | %s | %s | %s | %.3f | %.3f | %s |" % (
-            r["threads"], r["method"], "%dM" % (r["n"] >> 20), r["impl"], r["ms"], r["ns_per_param"],
+        # GB/s: the least traffic over the time (older files have none).
+        gbs = "%.1f" % r["GB_per_s"] if "GB_per_s" in r else "-"
+        print("| %d | %s | %s | %s | %.3f | %.3f | %s | %s |" % (
+            r["threads"], r["method"], "%dM" % (r["n"] >> 20), r["impl"], r["ms"], r["ns_per_param"], gbs,
             "%.2f" % (r["ms"] / ref) if ref else "-"))
     for r in data.get("refused", []):
         print()

@@ -50,7 +50,7 @@ if [ -n "$ompi_pkglib" ]; then
   done
 fi
 strip --strip-unneeded "$kit"/bin/* "$kit"/lib/* 2>/dev/null || true
-cp "$here/run_kit.sh" "$kit/"
+cp "$here/run_kit.sh" "$here/../peers/run_peers.py" "$here/../report.py" "$kit/"
 # The tests' reference data.
 mkdir -p "$kit/reference" && cp -r "$here/../../unit_tests/reference/"*.txt "$kit/reference/" 2>/dev/null || true
 tar -C "$(dirname "$kit")" -czf "$kit.tar.gz" "$(basename "$kit")"

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Runs the GPU run kit (made by assemble_kit.sh) on the GPU machine, within about 8 minutes:
-# the unit tests, the NCCL test at one rank, then the perf tests with JSON output, into
-# ${OUT:-results}/. Each step has its own time limit; a failure is recorded and the next runs.
+# the unit tests, the NCCL test at one rank, the perf tests with JSON output, then (where torch
+# sees the GPU) koptim's diagonal optimizers beside torch.optim's on the GPU
+# (perf_tests/peers/run_peers.py --device cuda), into $kit/results/. Each step has its own time
+# limit; a failure is recorded and the next runs. Where $OUT is set (the lending tool's folder of
+# files to bring back, which takes few files), the results go there after every step as one
+# results.tar.gz beside summary.txt.
 set -uo pipefail
 kit=$(cd "$(dirname "$0")" && pwd)
-out=${OUT:-$kit/results}
+out=$kit/results
 mkdir -p "$out"
 # CUDA's libraries: the toolkit, then the Python packages (nvidia-cublas, nvidia-nccl-cu13).
 extra=""
@@ -37,6 +41,11 @@ run() {  # run LIMIT NAME COMMAND...
   local rc=$?
   echo "$name: exit $rc, $(( $(date +%s) - start )) s" | tee -a "$out/summary.txt"
   [ $rc -eq 0 ] || status=1
+  bundle
+}
+bundle() {  # what has been written so far, to $OUT
+  [ -n "${OUT:-}" ] || return 0
+  tar -C "$out" -czf "$OUT/results.tar.gz" . && cp "$out/summary.txt" "$OUT/summary.txt"
 }
 : > "$out/summary.txt"
 for t in koptim_core koptim_diagonal koptim_shampoo koptim_gefen koptim_checkpoint; do
@@ -52,5 +61,15 @@ for p in koptim_perf_diagonal koptim_perf_gefen koptim_perf_shampoo koptim_perf_
   [ -x "$kit/bin/$p" ] && run "$limit" "$p" "$kit/bin/$p" --benchmark_format=json --benchmark_out="$out/$p.json" \
       --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
 done
+# The peers on the GPU, where torch has CUDA (its Python packages on the machine).
+if [ -x "$kit/bin/koptim_perf_diagonal" ] && [ -f "$kit/run_peers.py" ] &&
+   python3 -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+  run 150 peers_diagonal_gpu python3 "$kit/run_peers.py" --device cuda --koptim "$kit/bin/koptim_perf_diagonal" \
+      --rounds 2 --repetitions 3 --out "$out/peers_diagonal_gpu.json"
+  [ -f "$kit/report.py" ] && [ -f "$out/peers_diagonal_gpu.json" ] &&
+    python3 "$kit/report.py" "$out/peers_diagonal_gpu.json" > "$out/peers_diagonal_gpu.md" 2>&1 && bundle
+else
+  echo "peers_diagonal_gpu: not run (no torch with CUDA here)" | tee -a "$out/summary.txt"
+fi
 echo "results in $out (summary.txt, one log and JSON per program)"
 exit $status

@@ -318,6 +318,14 @@ std::vector<std::pair<std::string, Teuchos::ParameterList>> direction_variants()
     cases.push_back({"AdaGrad grafting", l});
   }
   {
+    // Blocks without a preconditioned dimension (the 1-D ones) and blocks with one of two.
+    Teuchos::ParameterList l;
+    l.set("grafting", std::string("Adam"));
+    l.sublist("inverse_exponent_override").set("order_1", 0.0);
+    l.sublist("inverse_exponent_override").set("order_2_dim_1", 0.0);
+    cases.push_back({"Adam grafting, 1-D blocks and dimension 1 of 2-D blocks not preconditioned", l});
+  }
+  {
     Teuchos::ParameterList l;
     l.set("grafting", std::string("none"));
     cases.push_back({"no grafting", l});

@@ -24,11 +24,6 @@ int world_rank() {
   MPI_Comm_rank(MPI_COMM_WORLD, &r);
   return r;
 }
-int world_size() {
-  int s = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
 
 // Values on a 1/16 grid: sums of a few are exact, whatever order MPI adds them in.
 double grid_value(int rank, std::size_t i) {

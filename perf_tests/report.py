@@ -16,7 +16,7 @@ def peers(data):
           "repetitions, medians" % (ctx.get("num_cpus"), ctx.get("mhz_per_cpu"),
                                     ", GPU %s" % ctx["gpu"] if ctx.get("gpu") else "", ctx.get("kokkos_version"),
                                     ctx.get("kokkos_execution_space"), ctx.get("kokkos_concurrency"),
-                                    ctx.get("koptim_git_hash"), ctx.get("torch_version"), ctx.get("rounds"),
+                                    ctx.get("koptim_git_hash"), ctx.get("torch_version"), ctx.get("rounds_done", ctx.get("rounds")),
                                     ctx.get("repetitions")))
     print("Command: `%s`" % data["command"])
     print()

@@ -4,8 +4,13 @@
 # (the machine the kit was made for takes at most 64 MiB from the working tree and has CUDA,
 # cuBLAS and NCCL but none of koptim's Debian dependencies).
 #
-#   bash perf_tests/gpu/assemble_kit.sh build/cuda gpu-kit     # then carry gpu-kit/ and run
-#   bash gpu-kit/run_kit.sh                                    # on the GPU machine
+#   bash perf_tests/gpu/assemble_kit.sh build/cuda build/gpu-kit   # then carry build/gpu-kit.tar.xz
+#   python3 -m tarfile -e build/gpu-kit.tar.xz /tmp && bash /tmp/gpu-kit/run_kit.sh   # on the GPU machine
+#
+# The archive is xz at its strongest setting in one thread (a few minutes on 2 cores): every program
+# links the same static library, and xz's 64 MiB window finds those copies again, which gzip's
+# 32 KiB one cannot (4 CUDA test programs: 13.5 MB as .tar.gz, 4.8 MB as .tar.xz). Python's
+# tarfile unpacks it where no xz is installed. Without xz here it falls back to gzip.
 #
 # Libraries the target machine has are left out: the C/C++ runtime and glibc, and CUDA's own
 # (libcuda, libcudart, libcublas*, libcusolver*, libnccl, ...), which its CUDA install and its
@@ -19,8 +24,8 @@ rm -rf "$kit"
 mkdir -p "$kit/bin" "$kit/lib"
 programs=(unit_tests/koptim_core unit_tests/koptim_diagonal unit_tests/koptim_gefen unit_tests/koptim_shampoo
           unit_tests/koptim_comm unit_tests/koptim_nccl unit_tests/koptim_checkpoint unit_tests/koptim_steady_state
-          perf_tests/koptim_perf_diagonal perf_tests/koptim_perf_gefen perf_tests/koptim_perf_shampoo
-          perf_tests/koptim_perf_comm)
+          unit_tests/koptim_robustness perf_tests/koptim_perf_diagonal perf_tests/koptim_perf_gefen
+          perf_tests/koptim_perf_shampoo perf_tests/koptim_perf_comm)
 skip='^(linux-vdso|ld-linux|libc\.|libm\.|libdl\.|libpthread\.|librt\.|libstdc\+\+|libgcc_s|libcuda\.|libcudart|libcublas|libcusolver|libcusparse|libnccl|libnvJitLink|libnvrtc)'
 # Copies into $kit/lib every shared library $1 needs that the target machine lacks.
 copy_libraries() {
@@ -53,9 +58,15 @@ strip --strip-unneeded "$kit"/bin/* "$kit"/lib/* 2>/dev/null || true
 cp "$here/run_kit.sh" "$here/../peers/run_peers.py" "$here/../report.py" "$kit/"
 # The tests' reference data.
 mkdir -p "$kit/reference" && cp -r "$here/../../unit_tests/reference/"*.txt "$kit/reference/" 2>/dev/null || true
-tar -C "$(dirname "$kit")" -czf "$kit.tar.gz" "$(basename "$kit")"
-size=$(du -m "$kit.tar.gz" | cut -f1)
-echo "assemble_kit: $kit.tar.gz is ${size} MiB ($(ls "$kit/bin" | wc -l) programs, $(ls "$kit/lib" | wc -l) libraries)"
+if command -v xz > /dev/null; then
+  archive=$kit.tar.xz
+  tar -C "$(dirname "$kit")" -cf - "$(basename "$kit")" | xz -9e -T1 > "$archive"
+else
+  archive=$kit.tar.gz
+  tar -C "$(dirname "$kit")" -czf "$archive" "$(basename "$kit")"
+fi
+size=$(du -m "$archive" | cut -f1)
+echo "assemble_kit: $archive is ${size} MiB ($(ls "$kit/bin" | wc -l) programs, $(ls "$kit/lib" | wc -l) libraries)"
 if [ "$size" -gt "$limit_mib" ]; then
   echo "assemble_kit: over ${limit_mib} MiB; leave programs out (edit the list) or split the carry" >&2
   exit 1

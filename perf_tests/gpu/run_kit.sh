@@ -48,28 +48,39 @@ bundle() {  # what has been written so far, to $OUT
   tar -C "$out" -czf "$OUT/results.tar.gz" . && cp "$out/summary.txt" "$OUT/summary.txt"
 }
 : > "$out/summary.txt"
-for t in koptim_core koptim_diagonal koptim_shampoo koptim_gefen koptim_checkpoint; do
+# Correctness on the device first, then the targets' measurements, then the rest: the results
+# are bundled after every step, so a run cut short keeps what matters most.
+for t in koptim_core koptim_diagonal koptim_gefen koptim_shampoo; do
   [ -x "$kit/bin/$t" ] && run 90 "$t" "$kit/bin/$t"
 done
-# Allocations, fences and kernel launches per steady-state step (Kokkos Tools), on the device.
-[ -x "$kit/bin/koptim_steady_state" ] && run 120 koptim_steady_state "$kit/bin/koptim_steady_state"
-[ -x "$kit/bin/koptim_nccl" ] && run 60 koptim_nccl_np1 "$kit/bin/koptim_nccl"
-[ -x "$kit/bin/koptim_comm" ] && run 60 koptim_comm_np1 "$kit/bin/koptim_comm"
-for p in koptim_perf_diagonal koptim_perf_gefen koptim_perf_shampoo koptim_perf_comm; do
+for p in koptim_perf_diagonal koptim_perf_gefen koptim_perf_shampoo; do
   limit=100
   [ "$p" = koptim_perf_shampoo ] && limit=150
   [ -x "$kit/bin/$p" ] && run "$limit" "$p" "$kit/bin/$p" --benchmark_format=json --benchmark_out="$out/$p.json" \
       --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
 done
 # The peers on the GPU, where torch has CUDA (its Python packages on the machine).
+# KOPTIM_KIT_PEERS_DEVICE=cpu rehearses this step with a CPU build and torch on the CPU.
+peers_device=${KOPTIM_KIT_PEERS_DEVICE:-cuda}
 if [ -x "$kit/bin/koptim_perf_diagonal" ] && [ -f "$kit/run_peers.py" ] &&
-   python3 -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
-  run 150 peers_diagonal_gpu python3 "$kit/run_peers.py" --device cuda --koptim "$kit/bin/koptim_perf_diagonal" \
-      --rounds 2 --repetitions 3 --out "$out/peers_diagonal_gpu.json"
-  [ -f "$kit/report.py" ] && [ -f "$out/peers_diagonal_gpu.json" ] &&
-    python3 "$kit/report.py" "$out/peers_diagonal_gpu.json" > "$out/peers_diagonal_gpu.md" 2>&1 && bundle
+   python3 -c "import sys, torch; sys.exit(0 if '$peers_device' == 'cpu' or torch.cuda.is_available() else 1)" \
+     2>/dev/null; then
+  run 150 peers_diagonal_$peers_device python3 "$kit/run_peers.py" --device "$peers_device" \
+      --koptim "$kit/bin/koptim_perf_diagonal" --rounds 2 --repetitions 3 --out "$out/peers_diagonal_$peers_device.json"
+  [ -f "$kit/report.py" ] && [ -f "$out/peers_diagonal_$peers_device.json" ] &&
+    python3 "$kit/report.py" "$out/peers_diagonal_$peers_device.json" > "$out/peers_diagonal_$peers_device.md" 2>&1 &&
+    bundle
 else
-  echo "peers_diagonal_gpu: not run (no torch with CUDA here)" | tee -a "$out/summary.txt"
+  echo "peers_diagonal_$peers_device: not run (no torch with CUDA here)" | tee -a "$out/summary.txt"
 fi
+# Allocations, fences and kernel launches per steady-state step (Kokkos Tools), on the device.
+[ -x "$kit/bin/koptim_steady_state" ] && run 120 koptim_steady_state "$kit/bin/koptim_steady_state"
+[ -x "$kit/bin/koptim_nccl" ] && run 60 koptim_nccl_np1 "$kit/bin/koptim_nccl"
+[ -x "$kit/bin/koptim_comm" ] && run 60 koptim_comm_np1 "$kit/bin/koptim_comm"
+for t in koptim_checkpoint koptim_robustness; do
+  [ -x "$kit/bin/$t" ] && run 90 "$t" "$kit/bin/$t"
+done
+[ -x "$kit/bin/koptim_perf_comm" ] && run 100 koptim_perf_comm "$kit/bin/koptim_perf_comm" --benchmark_format=json \
+    --benchmark_out="$out/koptim_perf_comm.json" --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
 echo "results in $out (summary.txt, one log and JSON per program)"
 exit $status

@@ -165,6 +165,27 @@ def main():
     samples = {}  # (threads, method, n, impl) -> [ms per round]
     notes = {}
     context = {}
+    done = 0
+
+    def write():
+        """The rows so far: written after every round, so that a run cut short keeps its rounds."""
+        result = {
+            "format": "koptim-peers-1",
+            "command": " ".join(sys.argv),
+            "context": dict(context, torch_version=torch.__version__, python=platform.python_version(),
+                            machine=platform.processor() or platform.machine(), rounds=args.rounds,
+                            rounds_done=done, repetitions=args.repetitions, device=args.device,
+                            gpu=torch.cuda.get_device_name(0) if args.device == "cuda" else None),
+            "rows": [{"threads": k[0], "method": k[1], "n": k[2], "impl": k[3], "ms": statistics.median(v),
+                      "ms_all_rounds": v, "ns_per_param": 1e6 * statistics.median(v) / k[2],
+                      "GB_per_s": least_bytes(k[1], k[3]) * k[2] / (1e6 * statistics.median(v))}
+                     for k, v in sorted(samples.items())],
+            "refused": [{"method": k[0], "impl": k[1], "why": v} for k, v in sorted(notes.items())],
+        }
+        with open(args.out + ".part", "w") as f:
+            json.dump(result, f, indent=1)
+        os.replace(args.out + ".part", args.out)
+
     for threads in args.threads:
         torch.set_num_threads(threads)
         for r in range(args.rounds):
@@ -183,22 +204,9 @@ def main():
                             notes[(method, impl)] = why
                             continue
                         samples.setdefault((threads, method, n, impl), []).append(ms)
+            done += 1
+            write()
             print("threads %d: round %d of %d done" % (threads, r + 1, args.rounds), file=sys.stderr)
-    result = {
-        "format": "koptim-peers-1",
-        "command": " ".join(sys.argv),
-        "context": dict(context, torch_version=torch.__version__, python=platform.python_version(),
-                        machine=platform.processor() or platform.machine(), rounds=args.rounds,
-                        repetitions=args.repetitions, device=args.device,
-                        gpu=torch.cuda.get_device_name(0) if args.device == "cuda" else None),
-        "rows": [{"threads": k[0], "method": k[1], "n": k[2], "impl": k[3], "ms": statistics.median(v),
-                  "ms_all_rounds": v, "ns_per_param": 1e6 * statistics.median(v) / k[2],
-                  "GB_per_s": least_bytes(k[1], k[3]) * k[2] / (1e6 * statistics.median(v))}
-                 for k, v in sorted(samples.items())],
-        "refused": [{"method": k[0], "impl": k[1], "why": v} for k, v in sorted(notes.items())],
-    }
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
     print("wrote %s" % args.out, file=sys.stderr)
 
 

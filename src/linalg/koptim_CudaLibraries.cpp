@@ -138,21 +138,17 @@ void check(cusolverStatus_t status, const char* what, int n) {
 constexpr int syevj_batched_max_n = 32;
 
 // The syevjBatched parameters (sorted eigenvalues, cuSOLVER's default tolerance and sweeps), one
-// object for the process beside the handle, created at the first call under the handle's lock
-// and destroyed at Kokkos::finalize: a call that is still running on the device when the host
-// returns keeps valid parameters, and no call creates one.
+// object for the process beside the handle, kept as a Library (created at the first call,
+// destroyed at Kokkos::finalize): a call that is still running on the device when the host
+// returns keeps valid parameters, and no call creates one. Called under cusolver().mutex.
 syevjInfo_t syevj_params() {
-  static syevjInfo_t params = nullptr;
-  if (params == nullptr) {
-    check(cusolverDnCreateSyevjInfo(&params), "cusolverDnCreateSyevjInfo", 0);
-    cusolverDnXsyevjSetSortEig(params, 1);
-    Kokkos::push_finalize_hook([] {
-      std::lock_guard<std::mutex> lock(cusolver().mutex);
-      cusolverDnDestroySyevjInfo(params);
-      params = nullptr;
-    });
-  }
-  return params;
+  static Library<syevjInfo_t, cusolverStatus_t> params;
+  std::lock_guard<std::mutex> lock(params.mutex);
+  const bool fresh    = params.handle == nullptr;
+  const syevjInfo_t p = params.get(cusolverDnCreateSyevjInfo, cusolverDnDestroySyevjInfo, CUSOLVER_STATUS_SUCCESS,
+                                   "cusolverDnCreateSyevjInfo");
+  if (fresh) cusolverDnXsyevjSetSortEig(p, 1);
+  return p;
 }
 
 // The workspace sizes cuSOLVER gave, by scalar, batch and order (under the handle's lock): a

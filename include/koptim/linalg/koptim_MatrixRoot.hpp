@@ -418,16 +418,10 @@ bool cusolver_eigh_batch(const ExecSpace& space, RootWorkspace<Mem>& ws, const W
     Kokkos::parallel_for(
         "koptim::linalg::cusolver_inputs", Kokkos::TeamPolicy<ExecSpace>(space, m, Kokkos::AUTO),
         KOKKOS_LAMBDA(const Team& team) {
-          const int g = team.league_rank();
-          int count   = 0;
-          if (diagonal_only)
-            Kokkos::parallel_reduce(
-                Kokkos::TeamThreadRange(team, n),
-                [&](const int i, int& c) { c += koptim::Impl::is_finite(W(g, i, i)) ? 0 : 1; }, count);
-          else
-            Kokkos::parallel_reduce(
-                Kokkos::TeamThreadRange(team, n * n),
-                [&](const int t, int& c) { c += koptim::Impl::is_finite(W(g, t / n, t % n)) ? 0 : 1; }, count);
+          const int g     = team.league_rank();
+          const int count = diagonal_only
+                                ? team_count_nonfinite(team, n, [&](const int i) { return W(g, i, i); })
+                                : team_count_nonfinite(team, n * n, [&](const int e) { return W(g, e / n, e % n); });
           if (count > 0)
             Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n * n),
                                  [&](const int t) { W(g, t / n, t % n) = t / n == t % n ? T(1) : T(0); });

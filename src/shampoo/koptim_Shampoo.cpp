@@ -23,7 +23,7 @@
 #include <limits>
 #include <numeric>
 #include <sstream>
-#include <tuple>
+#include <utility>
 #include <type_traits>
 
 #if defined(__unix__)
@@ -458,9 +458,8 @@ class ShampooBlocks {
     bool inverse_rotation;
     linalg::ProductPlan<T> plan;
     // out <- in for every block (before the first roots: X = I) and for the blocks without
-    // preconditioned dimensions (afterwards): a table each, one kernel over its chunks.
-    Impl::PieceTable<T> copy_all, copy_unpreconditioned;
-    std::int64_t copy_all_chunks = 0, copy_unpreconditioned_chunks = 0;
+    // preconditioned dimensions (afterwards): a table each and its chunks, one kernel over them.
+    std::pair<Impl::PieceTable<T>, std::int64_t> copy_all, copy_unpreconditioned;
   };
   void precondition_all(const Preconditioning& pc);
   Preconditioning preconditioning(Slot in, Slot out, Slot spare, bool inverse_rotation) const;
@@ -658,9 +657,8 @@ typename ShampooBlocks<T>::Preconditioning ShampooBlocks<T>::preconditioning(Slo
     all.push_back(copy);
     if (b.preconditioned.empty()) unpreconditioned.push_back(copy);
   }
-  std::tie(pc.copy_all, pc.copy_all_chunks) = Impl::make_piece_table("koptim::Shampoo::copy_all", all);
-  std::tie(pc.copy_unpreconditioned, pc.copy_unpreconditioned_chunks) =
-      Impl::make_piece_table("koptim::Shampoo::copy_unpreconditioned", unpreconditioned);
+  pc.copy_all              = Impl::make_piece_table("koptim::Shampoo::copy_all", all);
+  pc.copy_unpreconditioned = Impl::make_piece_table("koptim::Shampoo::copy_unpreconditioned", unpreconditioned);
   for (const auto& b : blocks_) {
     const std::vector<int>& dims = b.preconditioned;
     const T* src                 = (b.*in).data();
@@ -683,8 +681,7 @@ void ShampooBlocks<T>::precondition_all(const Preconditioning& pc) {
     return;
   }
   const auto& copies = roots_ready_ ? pc.copy_unpreconditioned : pc.copy_all;
-  Impl::for_each_piece_element(exec_, "koptim::Shampoo::copy_through", copies,
-                               roots_ready_ ? pc.copy_unpreconditioned_chunks : pc.copy_all_chunks, CopyPiece<T>{});
+  Impl::for_each_piece_element(exec_, "koptim::Shampoo::copy_through", copies.first, copies.second, CopyPiece<T>{});
   if (roots_ready_) pc.plan.run(exec_, T(1), T(0), gemm_backend());
 }
 

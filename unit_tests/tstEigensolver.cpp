@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <new>
 #include <random>
 #include <string>
 #include <vector>
@@ -142,6 +143,29 @@ TEST(EigensolverLapack, NonFiniteInputIsReportedAndLeftAlone) {
   EXPECT_EQ(w(0), -7.0);
   A(2, 1) = std::numeric_limits<double>::infinity();
   EXPECT_EQ(eigh_lapack(A, w), eigh_info_nonfinite_input);
+}
+
+// An exception thrown by an item of a host batch (a failed workspace allocation) reaches the
+// caller; on a threaded backend it used to end the process (an exception cannot leave an OpenMP
+// parallel region). The items after it may be skipped; the ones that ran are complete.
+TEST(EigensolverLapack, HostBatchRethrowsAnItemsException) {
+  std::vector<int> done(64, 0);
+  try {
+    koptim::Impl::host_batch(Kokkos::DefaultHostExecutionSpace(), "test::host_batch", 64, [&](const int i) {
+      if (i == 5) throw std::bad_alloc();
+      done[static_cast<std::size_t>(i)] = 1;
+    });
+    ADD_FAILURE() << "no exception";
+  } catch (const std::bad_alloc&) {
+  }
+  EXPECT_EQ(done[5], 0);
+  // A batch that throws nothing runs every item.
+  koptim::Impl::host_batch(Kokkos::DefaultHostExecutionSpace(), "test::host_batch", 64,
+                           [&](const int i) { done[static_cast<std::size_t>(i)] = 2; });
+  EXPECT_TRUE(std::all_of(done.begin(), done.end(), [](int d) { return d == 2; }));
+  // ?syevd's workspace (1 + 6n + 2n^2 entries) must fit LAPACK's int.
+  EXPECT_NO_THROW(koptim::linalg::Impl::check_lapack_order(32766, "test"));
+  EXPECT_THROW(koptim::linalg::Impl::check_lapack_order(32767, "test"), koptim::ShapeError);
 }
 
 TEST(EigensolverLapack, BatchedMatchesSingleAndChecksExtents) {

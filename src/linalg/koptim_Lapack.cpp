@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <limits>
 #include <vector>
 
 extern "C" {
@@ -61,8 +62,9 @@ int syevd(F fn, int n, T* a, int lda, T* w) {
   const long long lmin  = 1 + 6LL * n + 2LL * n * n;
   const long long lq    = static_cast<long long>(wq) + 1;
   const long long limin = 3 + 5LL * n;
-  lwork                 = static_cast<int>(lq > lmin ? lq : lmin);
-  liwork                = static_cast<int>(iwq > limin ? iwq : limin);
+  // The query's optimum where int holds it, else the documented minimum (enough).
+  lwork  = static_cast<int>(lq > lmin && lq <= std::numeric_limits<int>::max() ? lq : lmin);
+  liwork = static_cast<int>(iwq > limin ? iwq : limin);
   std::vector<T> work(static_cast<std::size_t>(lwork));
   std::vector<int> iwork(static_cast<std::size_t>(liwork));
   fn(&jobz, &uplo, &n, a, &lda, w, work.data(), &lwork, iwork.data(), &liwork, &info, 1, 1);

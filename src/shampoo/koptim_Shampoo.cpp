@@ -468,8 +468,9 @@ class ShampooBlocks {
   // BLAS's int, Shampoo::batch_blocks_on_host()): host_batch(f) calls f(bi) for every owned block,
   // the blocks concurrently on the host threads, each with single-threaded BLAS calls and its
   // element-wise bodies as plain loops (no kernel and no fence inside), between one fence before
-  // and one after. Otherwise (device memory): each element-wise phase is one kernel over every
-  // block (the table), the products are Kokkos Kernels calls block after block.
+  // and one after (Impl::host_batch: a single block runs on the calling thread). Otherwise (device memory): each
+  // element-wise phase is one kernel over every block (the table), the products are Kokkos Kernels calls block after
+  // block.
   bool host_batched() const { return host_batch_ && owner_.batch_blocks_on_host(); }
   template <class F>
   void host_batch(const F& f);
@@ -895,11 +896,9 @@ template <class F>
 void ShampooBlocks<T>::host_batch(const F& f) {
   if (blocks_.empty()) return;
   linalg::host_blas_fence(exec_, "before a batch of blocks");  // kernels wrote the inputs
-  Kokkos::parallel_for("koptim::Shampoo::host_batch",
-                       Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace, Kokkos::Schedule<Kokkos::Dynamic>>(
-                           Impl::host_instance(exec_), 0, blocks_.size()),
-                       [&](const std::size_t bi) { f(bi); });
-  linalg::host_blas_fence(exec_, "after a batch of blocks");  // before kernels read the results
+  // Fenced after, before kernels read the results.
+  Impl::host_batch(Impl::host_instance(exec_), "koptim::Shampoo::host_batch", blocks_.size(),
+                   [&](const std::size_t bi) { f(bi); });
 }
 
 // Step 2 (docs/shampoo.md): inverse roots (or eigenvectors) of every factor, batched by size.

@@ -200,7 +200,7 @@ void batched_eigenbasis_qr(const Kokkos::DefaultHostExecutionSpace& host, const 
     for (std::size_t k = 0; k < n; ++k)
       for (std::size_t i = 0; i < n; ++i) V(m, i, k) = v[i + k * n];
   };
-  Impl::lapack_batch(host, nb, solve);
+  koptim::Impl::host_batch(host, "koptim::linalg::batched_eigenbasis_qr", nb, solve);
 }
 
 template <class BatchView, class VectorsView, class InfoView, class IterationsView>

@@ -23,6 +23,7 @@
 #include <koptim/core/koptim_Error.hpp>
 #include <koptim/core/koptim_Kokkos.hpp>
 #include <koptim/core/koptim_Tensor.hpp>
+#include <koptim/core/impl/koptim_Instance.hpp>
 #include <koptim/core/impl/koptim_Math.hpp>
 #include <koptim/core/impl/koptim_Profiling.hpp>
 
@@ -132,9 +133,14 @@ void check_square(const View2& A, const char* who, const char* name) {
 }
 
 // LAPACK takes the order n (and workspaces of about 2n^2) as an int.
+// The largest n whose ?syevd workspace (1 + 6n + 2n^2 entries) LAPACK's int can count.
+constexpr std::size_t max_lapack_order = 32766;
 inline void check_lapack_order(std::size_t n, const char* who) {
-  if (n > static_cast<std::size_t>(std::numeric_limits<int>::max() / 2))
-    throw koptim::ShapeError(std::string(who) + ": n = " + std::to_string(n) + " exceeds LAPACK's int");
+  if (n > max_lapack_order)
+    throw koptim::ShapeError(std::string(who) + ": n = " + std::to_string(n) +
+                             " exceeds what LAPACK's int can count (the eigensolver's workspace of 1 + 6n + 2n^2 "
+                             "entries; n <= " +
+                             std::to_string(max_lapack_order) + ")");
 }
 
 }  // namespace Impl
@@ -207,23 +213,6 @@ int eigh_lapack(const MatrixView& A, const ValuesView& w) {
   return info;
 }
 
-namespace Impl {
-// solve(b) for every matrix b of a batch of m: concurrently on the threads of the host instance
-// (one LAPACK call each, each with its own workspace; dynamic schedule), then a fence of it; a
-// single matrix is solved on the calling thread, left to a threaded LAPACK.
-template <class Index, class F>
-void lapack_batch(const Kokkos::DefaultHostExecutionSpace& host, Index m, const F& solve) {
-  if (m > 1) {
-    Kokkos::parallel_for(
-        "koptim::linalg::lapack_eigh_batch",
-        Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace, Kokkos::Schedule<Kokkos::Dynamic>>(host, 0, m), solve);
-    host.fence();
-  } else if (m == 1) {
-    solve(0);
-  }
-}
-}  // namespace Impl
-
 // eigh_lapack on every matrix of a batch (rank 3, batch x n x n, host-accessible); w is
 // batch x n and info(b) receives matrix b's code. The matrices run concurrently on the threads of
 // the host instance `host` (the default one unless given).
@@ -250,7 +239,7 @@ void batched_eigh_lapack(const Kokkos::DefaultHostExecutionSpace& host, const Ba
     auto wb = Kokkos::subview(w, b, Kokkos::ALL());
     info(b) = eigh_lapack(Ab, wb);
   };
-  Impl::lapack_batch(host, nb, solve);
+  koptim::Impl::host_batch(host, "koptim::linalg::batched_eigh_lapack", nb, solve);
 }
 
 template <class BatchView, class ValuesView, class InfoView>

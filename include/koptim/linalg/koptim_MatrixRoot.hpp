@@ -463,20 +463,11 @@ void root_products(const ExecSpace& space, RootWorkspace<Mem>& ws, const BatchVi
   if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, Mem>::accessible) {
     if (backend == BatchedGemmBackend::automatic) {
       // The caller fenced space after the kernels that wrote B (it read ok).
-      const auto one = [=](const std::size_t k) {
-        const std::int64_t i = g[k];
-        Impl::blas_gemm(ta, tb, n, n, n, T(1), first(i), n, second(i), n, T(0), ps + i * nn, n);
-      };
-      if (g.size() == 1) {
-        one(0);
-        return;
-      }
-      const auto host = koptim::Impl::host_instance(space);
-      Kokkos::parallel_for(
-          "koptim::linalg::root_products",
-          Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace, Kokkos::Schedule<Kokkos::Dynamic>>(host, 0, g.size()),
-          one);
-      host.fence();
+      koptim::Impl::host_batch(
+          koptim::Impl::host_instance(space), "koptim::linalg::root_products", g.size(), [=](const std::size_t k) {
+            const std::int64_t i = g[k];
+            Impl::blas_gemm(ta, tb, n, n, n, T(1), first(i), n, second(i), n, T(0), ps + i * nn, n);
+          });
       return;
     }
   }
@@ -532,6 +523,7 @@ EigenOutcome eigen_roots(const ExecSpace& space, RootWorkspace<typename LView::m
     Q = W;
     out.sweeps.assign(m, 0);
   } else if (use_lapack) {
+    Impl::check_lapack_order(static_cast<std::size_t>(n), "koptim::linalg::eigen_roots");
     // Host-accessible memory is used in place; device memory goes through host mirrors.
     auto Wh = Kokkos::create_mirror_view(W);
     auto Eh = Kokkos::create_mirror_view(E);
@@ -543,7 +535,7 @@ EigenOutcome eigen_roots(const ExecSpace& space, RootWorkspace<typename LView::m
     // i.e. as rows of W, and need no transposition (a strided pass over n^2 entries). The
     // factors were classified finite, so only a shifted diagonal entry can have overflowed:
     // eigh_lapack's check of all n^2 entries is not needed.
-    // The matrices are solved concurrently on the host threads (Impl::lapack_batch).
+    // The matrices are solved concurrently on the host threads (host_batch).
     const auto solve = [=](const int g) {
       bool finite = true;
       for (int i = 0; i < n; ++i) finite = finite && koptim::Impl::is_finite(Wh(g, i, i));
@@ -552,7 +544,7 @@ EigenOutcome eigen_roots(const ExecSpace& space, RootWorkspace<typename LView::m
       else
         Ih(g) = n == 0 ? 0 : lapack_syevd(n, &Wh(g, 0, 0), n, &Eh(g, 0));
     };
-    Impl::lapack_batch(koptim::Impl::host_instance(space), m, solve);
+    koptim::Impl::host_batch(koptim::Impl::host_instance(space), "koptim::linalg::eigen_roots", m, solve);
     Kokkos::deep_copy(space, W, Wh);
     Kokkos::deep_copy(space, E, Eh);
     Kokkos::deep_copy(space, info, Ih);
@@ -641,19 +633,15 @@ void square_product_steps(const ExecSpace& space, RootWorkspace<Mem>& ws,
   if (total == 0 || n == 0) return;
   if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, Mem>::accessible) {
     if (backend == BatchedGemmBackend::automatic) {
-      const auto host = koptim::Impl::host_instance(space);
+      // A step's products read the previous step's: each step is a batch, fenced.
       for (const auto& s : steps) {
         const std::array<std::uintptr_t, 3>* const q = s.data();
-        Kokkos::parallel_for("koptim::linalg::newton_products",
-                             Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace, Kokkos::Schedule<Kokkos::Dynamic>>(
-                                 host, 0, s.size()),
-                             [=](const std::size_t i) {
-                               Impl::blas_gemm('N', 'N', n, n, n, T(1), reinterpret_cast<const T*>(q[i][0]), n,
-                                               reinterpret_cast<const T*>(q[i][1]), n, T(0),
-                                               reinterpret_cast<T*>(q[i][2]), n);
-                             });
+        koptim::Impl::host_batch(
+            koptim::Impl::host_instance(space), "koptim::linalg::newton_products", s.size(), [=](const std::size_t i) {
+              Impl::blas_gemm('N', 'N', n, n, n, T(1), reinterpret_cast<const T*>(q[i][0]), n,
+                              reinterpret_cast<const T*>(q[i][1]), n, T(0), reinterpret_cast<T*>(q[i][2]), n);
+            });
       }
-      host.fence();
       return;
     }
   }

@@ -7,6 +7,9 @@
 
 #include <koptim/core/koptim_Tensor.hpp>
 
+#include <atomic>
+#include <exception>
+#include <mutex>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -27,13 +30,47 @@ Kokkos::DefaultHostExecutionSpace host_instance([[maybe_unused]] const ExecSpace
 
 // exec.fence(), named where Kokkos takes a name (3.5 and later), so that Kokkos Tools (and the
 // steady-state test's count) can tell which wait it is.
-inline void fence(const ExecutionSpace& exec, const std::string& name) {
+template <class Space>
+void fence(const Space& exec, const std::string& name) {
 #if KOKKOS_VERSION >= 30500
   exec.fence(name);
 #else
   (void)name;
   exec.fence();
 #endif
+}
+
+// f(i) for every i in [0, m) of a batch of host work (host BLAS or LAPACK calls of unequal cost,
+// each item with its own workspace): concurrently on the threads of the host instance `host`,
+// dynamic schedule, then a fence of it before anything reads the results (named
+// "koptim::linalg::host BLAS: after <label>", as the host path's other waits, which device
+// memory does not need); a single item runs on the calling thread, left to a threaded BLAS, and
+// needs no fence. An exception cannot leave a threaded backend's parallel region (OpenMP would
+// terminate the process): the first one an item throws (a failed workspace allocation) is kept,
+// the items not yet started are skipped, and it is rethrown here after the fence.
+template <class Index, class F>
+void host_batch(const Kokkos::DefaultHostExecutionSpace& host, const char* label, Index m, const F& f) {
+  if (m > 1) {
+    std::exception_ptr first;
+    std::atomic<bool> failed{false};
+    std::mutex lock;
+    Kokkos::parallel_for(
+        label, Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace, Kokkos::Schedule<Kokkos::Dynamic>>(host, 0, m),
+        [&](const Index i) {
+          if (failed.load(std::memory_order_relaxed)) return;
+          try {
+            f(i);
+          } catch (...) {
+            const std::lock_guard<std::mutex> hold(lock);
+            if (!first) first = std::current_exception();
+            failed.store(true, std::memory_order_relaxed);
+          }
+        });
+    fence(host, std::string("koptim::linalg::host BLAS: after ") + label);
+    if (first) std::rethrow_exception(first);
+  } else if (m == 1) {
+    f(Index(0));
+  }
 }
 
 // A new View in MemorySpace holding a host vector's elements: the tables that kernels read, built

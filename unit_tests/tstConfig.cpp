@@ -13,6 +13,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
+#include <memory>
 #include <sstream>
 
 namespace {
@@ -249,6 +251,111 @@ TEST(Config, YamlRefusesKeysAtTheWrongIndentation) {
   EXPECT_EQ(opt->common_options().lr_schedule.decay(), koptim::LRSchedule::Decay::cosine);
 }
 
+// What Teuchos' YAML reader would read otherwise than written (found by review, each was read
+// without a word): every key's value compared with the text, and every entry it read traced to
+// a line the check followed.
+TEST(Config, YamlRefusesWhatItsReaderWouldReadOtherwise) {
+  const std::string y = "koptim_test_misread.yaml";
+  const std::string a = "koptim:\n  optimizer: AdamW\n";
+  // Flow mappings: their values were not checked (eps = 1e-400 became 0).
+  expect_contains(read_error(y, "koptim: {optimizer: AdamW, lr: 0.5, eps: 1e-400}\n"),
+                  {"key 'optimizer' was read by the YAML reader", "flow mapping"});
+  expect_contains(read_error(y, a + "  lr_schedule: {type: cosine, total_steps: 10}\n"),
+                  {"line 3", "key 'lr_schedule'", "flow mapping", "one per line"});
+  // Arrays: every entry as written, in flow and block form.
+  expect_contains(read_error(y, a + "  betas: [1e-400, 0.9]\n"),
+                  {"line 3", "key 'betas'", "entry 1 '1e-400'", "too small for a double"});
+  expect_contains(read_error(y, a + "  betas:\n    - 0.9\n    - 1e-400\n"),
+                  {"line 3", "key 'betas'", "entry 2 '1e-400'", "too small for a double"});
+  // key:value without a space is no key line for YAML; Teuchos dropped it (or read eps as 0).
+  expect_contains(read_error(y, a + " lr:0.5\n"), {"line 3", "'lr:0.5'", "neither 'key: value'"});
+  expect_contains(read_error(y, a + "  lr: 0.5\n  eps:1e-400\n"), {"line 4", "'eps:1e-400'", "neither"});
+  // A plain value continued on the next line.
+  expect_contains(read_error(y, a + "  lr_schedule:\n    type: cosine\n      linear\n"), {"line 5", "'linear'"});
+  // A line between a block scalar's key and its text.
+  expect_contains(read_error(y, a + "  nonfinite_gradient: |-\n    error\n   eps: 1e-400\n"),
+                  {"line 5", "indented by 3", "text of key 'nonfinite_gradient'", "indented by 4"});
+  // A '#' without a space before it is part of the value, which Teuchos cut there.
+  expect_contains(read_error(y, a + "  amsgrad: true#false\n"),
+                  {"line 3", "key 'amsgrad'", "'true#false' was read as true", "'#' starts a comment after a space"});
+  expect_contains(read_error(y, a + "  lr_schedule:\n    type: linear_warmup#cosine\n    warmup_steps: 10\n"),
+                  {"line 4", "key 'lr_schedule/type'", "was read as linear_warmup"});
+  expect_contains(read_error(y, a + "  lr_schedule:\n    type: linear_warmup\n    warmup_steps: 10#00\n"),
+                  {"line 5", "key 'lr_schedule/warmup_steps'", "'10#00'", "not an integer"});
+  // What is right still reads: quoted strings, bool forms, a block sequence, integers in an array
+  // of reals, an integer beyond int for a real, a block scalar, a byte-order mark.
+  const std::string good =
+      "\xEF\xBB\xBFkoptim:\n  optimizer: \"AdamW\"\n  nonfinite_gradient: 'skip_step'\n"
+      "  amsgrad: Yes\n  betas:\n    - 0\n    - 0.5   # a comment\n  weight_decay: 3000000000\n";
+  expect_contains(read_error(y, good + "  lr: 0.5#not a comment\n"),
+                  {"key 'lr'", "0.5#not a comment", "unexpected '#'"});
+  {
+    std::ofstream o(y, std::ios::binary);
+    o << good << "  lr_schedule:\n    type: >-\n      cosine\n    total_steps: 10\n";
+  }
+  Fixture f;
+  auto opt = koptim::create(f.params, *koptim::read_parameter_list(y));
+  std::remove(y.c_str());
+  const auto& o = dynamic_cast<koptim::AdamW&>(*opt).options();
+  EXPECT_TRUE(o.amsgrad);
+  EXPECT_EQ(o.betas[0], 0.0);
+  EXPECT_EQ(o.betas[1], 0.5);
+  EXPECT_EQ(opt->weight_decay(), 3e9);
+  EXPECT_EQ(opt->common_options().nonfinite_gradient, koptim::NonFiniteGradient::skip_step);
+  EXPECT_EQ(opt->common_options().lr_schedule.decay(), koptim::LRSchedule::Decay::cosine);
+  // A flow array of integers where reals are expected.
+  EXPECT_EQ(read_error(y, a + "  betas: [0, 0]\n"), "");
+  // A flow sequence over two lines (Teuchos' reader does not take it either).
+  expect_contains(read_error(y, a + "  betas: [0.9,\n          0.95]\n"), {"line 4", "'0.95]'", "on its key's line"});
+}
+
+// A <Parameter> holds nothing: an element or text inside one (a '/>' written as '>') was dropped.
+TEST(Config, XmlRefusesWhatWouldBeDropped) {
+  const std::string x = "koptim_test_dropped.xml";
+  expect_contains(read_error(x, xml_with("  <Parameter name=\"lr\" type=\"double\" value=\"0.1\">\n"
+                                         "    <Parameter name=\"eps\" type=\"double\" value=\"1e-6\"/>\n"
+                                         "  </Parameter>\n")),
+                  {"key 'koptim/lr'", "<Parameter> with the element <Parameter> inside it", "'/>'"});
+  expect_contains(read_error(x, xml_with("  <Parameter name=\"lr\" type=\"double\" value=\"0.1\">0.5</Parameter>\n")),
+                  {"key 'koptim/lr'", "with the text '0.5' inside it"});
+  expect_contains(read_error(x, xml_with("  <Parameter name=\"amsgrad\" type=\"bool\" value=\" true \"/>\n")),
+                  {"key 'koptim/amsgrad'", "not a bool", "without spaces"});
+  // A byte-order mark is no part of the text.
+  EXPECT_EQ(read_error(x, "\xEF\xBB\xBF" + xml_with("")), "");
+}
+
+// An lr_schedule key that the chosen type does not read would be ignored: refused unless at its
+// default (a printed default list, which holds every key, still reads).
+TEST(Config, RefusesScheduleKeysTheTypeIgnores) {
+  auto l = adamw();
+  l.sublist("lr_schedule").set("total_steps", 4);
+  l.sublist("lr_schedule").set("min_lr_factor", 0.1);
+  expect_contains(config_error(l),
+                  {"key 'lr_schedule/total_steps' = 4", "not read by lr_schedule type 'constant'", "cosine or linear"});
+  l = adamw();
+  l.sublist("lr_schedule").set("type", std::string("step"));
+  l.sublist("lr_schedule").set("total_steps", 100);
+  expect_contains(config_error(l), {"key 'lr_schedule/total_steps' = 100", "type 'step'"});
+  l = adamw();
+  l.sublist("lr_schedule").set("type", std::string("cosine"));
+  l.sublist("lr_schedule").set("gamma", 0.5);
+  expect_contains(config_error(l), {"key 'lr_schedule/gamma' = 0.5", "type 'cosine'", "(step)"});
+  l = adamw();
+  l.sublist("lr_schedule").set("type", std::string("step"));
+  l.sublist("lr_schedule").set("step_size", 10);
+  l.sublist("lr_schedule").set("total_steps", 1);  // the default
+  EXPECT_EQ(config_error(l), "");
+  // An integer entry of C++'s long long (as YAML gives beyond int) is read as the int it holds.
+  l = adamw();
+  l.sublist("lr_schedule").set("type", std::string("linear_warmup"));
+  l.sublist("lr_schedule").set("warmup_steps", 5LL);
+  Fixture f;
+  auto opt = koptim::create(f.params, l);
+  EXPECT_DOUBLE_EQ(opt->lr(), 1e-3 / 5);
+  l.sublist("lr_schedule").set("warmup_steps", 3000000000LL);
+  expect_contains(config_error(l), {"key 'warmup_steps'", "out of range"});
+}
+
 TEST(Config, XmlRefusesValuesNotExactlyOfTheirType) {
   const std::string x                             = "koptim_test_values.xml";
   const std::vector<std::vector<std::string>> bad = {
@@ -374,17 +481,18 @@ TEST(Config, ShampooOverrideKeysOutsideIntAreRefused) {
   // std::regex's recursion.
   for (const std::string key :
        {std::string("order_99999999999"), std::string("order_2_dim_99999999999"), "order_" + std::string(100000, '7'),
-        std::string("order_"), std::string("order_2_dim_")}) {
+        std::string("order_"), std::string("order_2_dim_"), std::string("order_02"), std::string("order_1_dim_00")}) {
     Teuchos::ParameterList l("koptim");
     l.set("optimizer", std::string("Shampoo"));
     l.sublist("inverse_exponent_override").set(key, 0.25);
     expect_contains(config_error(l), {"unknown key 'inverse_exponent_override/" + key.substr(0, 20),
-                                      "order_K or order_K_dim_J (K, J integers below 1000000)"});
+                                      "order_K or order_K_dim_J (K, J integers below 1000000, without leading zeros)"});
   }
   Teuchos::ParameterList l("koptim");
   l.set("optimizer", std::string("Shampoo"));
   l.sublist("inverse_exponent_override").set("order_2_dim_1", 0.0);
   l.sublist("inverse_exponent_override").set("order_999999", 0.5);
+  l.sublist("inverse_exponent_override").set("order_10_dim_0", 0.5);
   EXPECT_EQ(config_error(l), "");
 }
 

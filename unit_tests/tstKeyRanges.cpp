@@ -123,6 +123,11 @@ TEST(KeyRanges, EveryDocumentedRangeIsTheAcceptedRange) {
         l.set("eigenvalue_corrected", true);
         l.set("eigenbasis", std::string("qr"));
       }
+      // Schedule keys that only their type reads (refused as ignored with another type).
+      if (p.path == "lr_schedule/total_steps" || p.path == "lr_schedule/min_lr_factor")
+        l.sublist("lr_schedule").set("type", std::string("cosine"));
+      if (p.path == "lr_schedule/step_size" || p.path == "lr_schedule/gamma")
+        l.sublist("lr_schedule").set("type", std::string("step"));
       c.second(l);
       bool built = false;
       std::string message;

@@ -23,6 +23,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <set>
 #include <sstream>
 
 namespace koptim {
@@ -65,7 +66,7 @@ void add_common(ParameterList& l, double lr, double weight_decay, const std::str
   ParameterList& s = l.sublist("lr_schedule", false, "Learning-rate schedule: a factor on every group's lr.");
   add(s, "type", std::string("constant"),
       "constant, linear_warmup (warmup then constant), cosine, linear or step decay; warmup_steps prefixes any of "
-      "them with a linear warmup.",
+      "them with a linear warmup. The keys of the other types must stay at their defaults (they would be ignored).",
       V::choice({"constant", "linear_warmup", "cosine", "linear", "step"}));
   add(s, "warmup_steps", 0, "Steps of linear warmup from lr/warmup_steps to lr.", V::integer(R::warmup_steps));
   add(s, "total_steps", 1, "cosine, linear: the step at which the decay reaches min_lr_factor.",
@@ -88,8 +89,9 @@ std::shared_ptr<comm::Communicator> sharding(const ParameterList& l, std::shared
 }
 
 // The keys of inverse_exponent_override: order_K or order_K_dim_J, K and J decimal integers below
-// 10^6 (an order or a dimension index beyond is no tensor's). Parsed by hand: std::regex recurses
-// per character, and std::stoi throws std::out_of_range, on a long key.
+// 10^6 (an order or a dimension index beyond is no tensor's) without leading zeros (order_02
+// would name order_2's entry a second time). Parsed by hand: std::regex recurses per character,
+// and std::stoi throws std::out_of_range, on a long key.
 enum class Override { none, order, dim };
 Override override_key(const std::string& k, int& order, int& dim) {
   std::size_t i = 0;
@@ -97,7 +99,7 @@ Override override_key(const std::string& k, int& order, int& dim) {
     const std::size_t start = i;
     out                     = 0;
     while (i < k.size() && k[i] >= '0' && k[i] <= '9' && i - start < 6) out = out * 10 + (k[i++] - '0');
-    return i > start && !(i < k.size() && k[i] >= '0' && k[i] <= '9');
+    return i > start && !(i < k.size() && k[i] >= '0' && k[i] <= '9') && !(k[start] == '0' && i - start > 1);
   };
   if (k.compare(0, 6, "order_") != 0) return Override::none;
   i = 6;
@@ -132,7 +134,7 @@ ShampooOptions shampoo_options(const ParameterList& l) {
       o.inverse_exponent_override[order] = a;
     } else {
       throw ConfigError("koptim: unknown key 'inverse_exponent_override/" + k +
-                        "'; allowed: order_K or order_K_dim_J (K, J integers below 1000000)");
+                        "'; allowed: order_K or order_K_dim_J (K, J integers below 1000000, without leading zeros)");
     }
   }
   return o;
@@ -289,6 +291,31 @@ std::string optimizer_of(const ParameterList& list) {
   return name;
 }
 
+// A key of lr_schedule that its type does not read (total_steps with type step, or with no type,
+// which is constant) would be ignored: refused unless it holds its default.
+void reject_ignored_schedule_keys(const ParameterList& s, const ParameterList& defaults, const std::string& optimizer) {
+  const auto type = s.get<std::string>("type");
+  const std::map<std::string, std::set<std::string>> read{{"constant", {}},
+                                                          {"linear_warmup", {}},
+                                                          {"cosine", {"total_steps", "min_lr_factor"}},
+                                                          {"linear", {"total_steps", "min_lr_factor"}},
+                                                          {"step", {"step_size", "gamma"}}};
+  for (const char* key : {"total_steps", "min_lr_factor", "step_size", "gamma"}) {
+    if (read.at(type).count(key)) continue;
+    const auto& given = s.getEntry(key);
+    const auto& dflt  = defaults.getEntry(key);
+    const bool same   = given.isType<int>() ? Teuchos::getValue<int>(given) == Teuchos::getValue<int>(dflt)
+                                            : Teuchos::getValue<double>(given) == Teuchos::getValue<double>(dflt);
+    if (!same)
+      throw ConfigError(
+          "koptim: key 'lr_schedule/" + std::string(key) + "' = " + Impl::entry_value_string(given) +
+          " for optimizer " + optimizer + " is not read by lr_schedule type '" + type +
+          "' and would be ignored; set type to the schedule it belongs to (" +
+          (std::string(key) == "total_steps" || std::string(key) == "min_lr_factor" ? "cosine or linear" : "step") +
+          "), or remove it");
+  }
+}
+
 LRSchedule schedule_from(const ParameterList& s) {
   const auto type   = s.get<std::string>("type");
   const auto warmup = static_cast<std::int64_t>(s.get<int>("warmup_steps"));
@@ -347,6 +374,7 @@ ParameterList validated_parameters(const ParameterList& list) {
     throw ConfigError(std::string("koptim: optimizer ") + optimizer + ": " + ex.what());
   }
   if (!pattern.empty()) copy.sublist(pattern) = patterned;
+  reject_ignored_schedule_keys(copy.sublist("lr_schedule"), valid->sublist("lr_schedule"), optimizer);
   return copy;
 }
 

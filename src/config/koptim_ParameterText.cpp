@@ -5,6 +5,7 @@
 // produced is compared with what was written: a value is used exactly as written, or refused.
 #include <koptim/config/koptim_Factory.hpp>
 #include <koptim/core/koptim_Error.hpp>
+#include <koptim/config/impl/koptim_Validators.hpp>
 #include <koptim/core/impl/koptim_Profiling.hpp>
 
 #include <Teuchos_StringInputSource.hpp>
@@ -17,6 +18,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <map>
 #include <set>
@@ -94,8 +96,8 @@ bool parse_real(const std::string& t, double& out, std::string& why) {
   return true;
 }
 
-// A decimal integer within int: [+-] digits.
-bool parse_int(const std::string& t, long long& out, std::string& why) {
+// A decimal integer within long long: [+-] digits.
+bool parse_integer(const std::string& t, long long& out, std::string& why) {
   std::size_t i = (!t.empty() && (t[0] == '+' || t[0] == '-')) ? 1 : 0;
   if (i == t.size()) {
     why = "not an integer";
@@ -109,7 +111,20 @@ bool parse_int(const std::string& t, long long& out, std::string& why) {
   }
   errno = 0;
   out   = std::strtoll(t.c_str(), nullptr, 10);
-  if (errno == ERANGE || out < std::numeric_limits<int>::min() || out > std::numeric_limits<int>::max()) {
+  if (errno == ERANGE) {
+    why = "outside the range of a 64-bit integer";
+    return false;
+  }
+  return true;
+}
+
+// A decimal integer within int: [+-] digits.
+bool parse_int(const std::string& t, long long& out, std::string& why) {
+  if (!parse_integer(t, out, why)) {
+    if (why.rfind("outside", 0) != 0) return false;
+    out = std::numeric_limits<long long>::max();
+  }
+  if (out < std::numeric_limits<int>::min() || out > std::numeric_limits<int>::max()) {
     why = "outside the range of an int [" + std::to_string(std::numeric_limits<int>::min()) + ", " +
           std::to_string(std::numeric_limits<int>::max()) + "]";
     return false;
@@ -186,6 +201,15 @@ void check_xml_list(const Teuchos::XMLObject& x, const std::string& path, const 
       check_xml_list(e, key, source, depth + 1);
       continue;
     }
+    // <Parameter .../> holds nothing: what is inside one (a '/>' written as '>'?) would be dropped.
+    if (e.numChildren() > 0)
+      refuse(source, "key '" + key + "' is a <Parameter> with the element <" + e.getChild(0).getTag() +
+                         "> inside it, which would be dropped; close a <Parameter> with '/>'");
+    for (int i = 0; i < e.numContentLines(); ++i) {
+      if (!trim(e.getContentLine(i)).empty())
+        refuse(source, "key '" + key + "' is a <Parameter> with the text " + shown(trim(e.getContentLine(i))) +
+                           " inside it, which would be dropped; its value is the attribute value");
+    }
     if (!e.hasAttribute("type")) refuse(source, "key '" + key + "' has no attribute type");
     if (!e.hasAttribute("value")) refuse(source, "key '" + key + "' has no attribute value");
     const std::string& type  = e.getAttribute("type");
@@ -200,10 +224,11 @@ void check_xml_list(const Teuchos::XMLObject& x, const std::string& path, const 
       long long v;
       ok = parse_int(t, v, why);
     } else if (type == "bool") {
+      // Not trimmed: the XML reader refuses a bool with spaces around it.
       std::string l;
-      for (char ch : t) l += static_cast<char>(ch >= 'A' && ch <= 'Z' ? ch - 'A' + 'a' : ch);
+      for (char ch : value) l += static_cast<char>(ch >= 'A' && ch <= 'Z' ? ch - 'A' + 'a' : ch);
       ok  = l == "true" || l == "false" || l == "yes" || l == "no" || l == "1" || l == "0";
-      why = "not a bool (true or false)";
+      why = t != value && t.size() <= 5 ? "not a bool (true or false, without spaces)" : "not a bool (true or false)";
     } else if (type == "Array(double)") {
       std::vector<double> v;
       ok = parse_real_array(t, v, why);
@@ -288,11 +313,13 @@ RCP<ParameterList> from_xml(const std::string& text, const std::string& source) 
 
 // ---- YAML --------------------------------------------------------------------------------------
 
-// A key the scanner found, with the line it is on and its value as written (empty for a list).
+// A key the scanner found, with the line it is on and its value as written (empty for a list
+// or a block sequence, whose items are then the "- item" lines below it).
 struct YamlKey {
   std::vector<std::string> path;  // below the top-level list
   int line;
   std::string value;
+  std::vector<std::string> items;
 };
 
 std::string joined(const std::vector<std::string>& path) {
@@ -358,6 +385,7 @@ std::vector<YamlKey> scan_yaml(const std::string& text, const std::string& sourc
   std::vector<YamlKey> keys;
   bool opens_list  = false;  // the previous key line was "key:" with no value
   int block_scalar = -1;     // indentation of the key of a | or > value being skipped
+  int block_text   = -1;     // and of its text (its first line)
   std::vector<std::string> last_path;
   std::string last_key;
   int last_line = 0, last_indent = 0;
@@ -371,8 +399,17 @@ std::vector<YamlKey> scan_yaml(const std::string& text, const std::string& sourc
     while (ind < line.size() && line[ind] == ' ') ++ind;
     const std::string content = trim(line.substr(ind));
     if (content.empty() || content[0] == '#') continue;
-    if (block_scalar >= 0 && static_cast<int>(ind) > block_scalar) continue;
+    if (block_scalar >= 0 && static_cast<int>(ind) > block_scalar) {
+      if (block_text < 0) block_text = static_cast<int>(ind);
+      if (static_cast<int>(ind) >= block_text) continue;
+      refuse(source, "line " + std::to_string(number) + " is indented by " + std::to_string(ind) +
+                         " spaces: less than the text of key '" + last_key + "' (line " + std::to_string(last_line) +
+                         "), indented by " + std::to_string(block_text) +
+                         ", and more than that key; indent it like "
+                         "the text or like the key's siblings");
+    }
     block_scalar = -1;
+    block_text   = -1;
     if (ind == 0 && (content.rfind("---", 0) == 0 || content.rfind("...", 0) == 0 || content[0] == '%')) continue;
     if (ind < line.size() && line[ind] == '\t')
       refuse(source, "line " + std::to_string(number) + " is indented with a tab; indent with spaces");
@@ -386,7 +423,19 @@ std::vector<YamlKey> scan_yaml(const std::string& text, const std::string& sourc
       refuse(source, "line " + std::to_string(number) + " nests [ and { more than " + std::to_string(max_depth) +
                          " levels deep");
     std::string key, value;
-    if (content[0] == '-' || !yaml_key_line(content, key, value)) continue;  // sequence item or continuation
+    if (content == "-" || content.rfind("- ", 0) == 0) {
+      // An item of the block sequence below the last key ("key:" then "- x" lines).
+      if (opens_list && !keys.empty() && keys.back().line == last_line)
+        keys.back().items.push_back(yaml_value(content.substr(1)));
+      continue;
+    }
+    // Anything else must be a key line: the YAML reader drops some other lines without a word
+    // ("key:value" without a space, indented less than its siblings) and joins others to the
+    // value above (a plain value continued on the next line).
+    if (!yaml_key_line(content, key, value))
+      refuse(source, "line " + std::to_string(number) + " " + shown(content) +
+                         " is neither 'key: value' (a space after the colon) nor an item '- value' below a key; "
+                         "write each key as 'key: value' and each value (an array too) on its key's line");
     const std::string at = "line " + std::to_string(number) + ": key '" + key + "'";
     if (levels.empty()) {
       levels.push_back({indent, {}, key, number});
@@ -422,7 +471,7 @@ std::vector<YamlKey> scan_yaml(const std::string& text, const std::string& sourc
     }
     std::vector<std::string> path = levels.back().path;
     if (levels.size() > 1) path.push_back(key);
-    if (levels.size() > 1) keys.push_back({path, number, value});
+    if (levels.size() > 1) keys.push_back({path, number, value, {}});
     opens_list = value.empty();
     if (!value.empty() && (value[0] == '|' || value[0] == '>')) block_scalar = indent;
     last_path   = path;
@@ -433,9 +482,118 @@ std::vector<YamlKey> scan_yaml(const std::string& text, const std::string& sourc
   return keys;
 }
 
-// Every key the scanner found must be in what Teuchos read, and a number must be what was written.
+// A YAML scalar as the reader takes it: single quotes removed ('' inside is one quote), double
+// quotes removed with their escapes decoded; false for an escape not decoded here.
+bool yaml_scalar(const std::string& v, std::string& out) {
+  out.clear();
+  if (v.size() >= 2 && v.front() == '\'' && v.back() == '\'') {
+    for (std::size_t i = 1; i + 1 < v.size(); ++i) {
+      out += v[i];
+      if (v[i] == '\'') ++i;
+    }
+    return true;
+  }
+  if (v.size() >= 2 && v.front() == '"' && v.back() == '"') {
+    for (std::size_t i = 1; i + 1 < v.size(); ++i) {
+      if (v[i] != '\\') {
+        out += v[i];
+        continue;
+      }
+      if (i + 2 >= v.size()) return false;
+      const char e = v[++i];
+      if (e == '\\' || e == '"' || e == '/')
+        out += e;
+      else if (e == 'n')
+        out += '\n';
+      else if (e == 't')
+        out += '\t';
+      else if (e == 'r')
+        out += '\r';
+      else
+        return false;
+    }
+    return true;
+  }
+  out = v;
+  return true;
+}
+
+// The entries of a flow sequence "[a, b, ...]" as written (trimmed; no nesting).
+bool yaml_flow_items(const std::string& v, std::vector<std::string>& items) {
+  items.clear();
+  if (v.size() < 2 || v.front() != '[' || v.back() != ']') return false;
+  const std::string inner = trim(v.substr(1, v.size() - 2));
+  if (inner.empty()) return true;
+  std::size_t start = 0;
+  char quote        = 0;
+  for (std::size_t i = 0; i <= inner.size(); ++i) {
+    const char c = i < inner.size() ? inner[i] : ',';
+    if (quote) {
+      if (c == quote) quote = 0;
+    } else if (c == '"' || c == '\'') {
+      quote = c;
+    } else if (c == '[' || c == '{') {
+      return false;
+    } else if (c == ',') {
+      items.push_back(trim(inner.substr(start, i - start)));
+      start = i + 1;
+    }
+  }
+  return true;
+}
+
+// Whether Teuchos' value of a scalar entry is what `written` says (a number bit for bit, a bool
+// in one of the forms the reader takes, a string character for character); why says otherwise.
+bool same_yaml_scalar(const Teuchos::ParameterEntry& e, const std::string& written, std::string& why) {
+  const Teuchos::any& a = e.getAny(false);
+  if (a.type() == typeid(double)) {
+    double v = 0;
+    if (!parse_real(written, v, why)) return false;
+    return same_bits(v, Teuchos::any_cast<double>(a));
+  }
+  if (a.type() == typeid(int) || a.type() == typeid(long long)) {
+    long long v = 0;
+    if (!parse_integer(written, v, why)) return false;
+    return v == (a.type() == typeid(int) ? Teuchos::any_cast<int>(a) : Teuchos::any_cast<long long>(a));
+  }
+  if (a.type() == typeid(bool)) {
+    std::string l;
+    for (char c : written) l += static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+    const bool v = Teuchos::any_cast<bool>(a);
+    return v ? (l == "true" || l == "yes") : (l == "false" || l == "no");
+  }
+  if (a.type() == typeid(std::string)) {
+    std::string v;
+    if (!yaml_scalar(written, v)) return true;  // an escape this check does not decode: the reader's
+    return v == Teuchos::any_cast<std::string>(a);
+  }
+  return true;  // another type: refused by the validators
+}
+
+template <class E>
+bool same_yaml_array(const Teuchos::ParameterEntry& e, const std::vector<std::string>& items, std::string& why) {
+  const auto& a = Teuchos::getValue<Teuchos::Array<E>>(e);
+  if (static_cast<std::size_t>(a.size()) != items.size()) return false;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    Teuchos::ParameterEntry one(a[static_cast<typename Teuchos::Array<E>::size_type>(i)]);
+    std::string item_why;
+    if (!same_yaml_scalar(one, items[i], item_why)) {
+      why = "entry " + std::to_string(i + 1) + " " + shown(items[i]) + (item_why.empty() ? "" : " is " + item_why);
+      return false;
+    }
+  }
+  return true;
+}
+
+// What Teuchos read must be what was written, both ways: every key the scanner found is in the
+// list with the value written (a number bit for bit, a bool, a string, every entry of an array),
+// and every entry of the list is a key the scanner found (so no entry comes from a form the
+// scanner does not follow: a flow mapping, "key:value" without a space, a line indented into a
+// block scalar's text).
 void compare_yaml(const std::vector<YamlKey>& keys, const ParameterList& l, const std::string& source) {
+  std::set<std::string> found;
   for (const auto& k : keys) {
+    found.insert(joined(k.path));
     const ParameterList* list        = &l;
     const Teuchos::ParameterEntry* e = nullptr;
     for (std::size_t i = 0; i < k.path.size(); ++i) {
@@ -449,14 +607,58 @@ void compare_yaml(const std::vector<YamlKey>& keys, const ParameterList& l, cons
     const std::string at = "line " + std::to_string(k.line) + ": key '" + joined(k.path) + "'";
     if (e == nullptr)
       refuse(source, at + " was not read by the YAML reader (it would be dropped); check its indentation");
+    if (e->isList()) {
+      // An empty flow mapping "{ }" (as Teuchos writes an empty list) holds nothing to misread.
+      const bool empty_flow = k.value.size() >= 2 && k.value.front() == '{' && k.value.back() == '}' &&
+                              trim(k.value.substr(1, k.value.size() - 2)).empty();
+      if (!k.value.empty() && !empty_flow)
+        refuse(source, at + " is written as a flow mapping " + shown(k.value) +
+                           "; write its keys one per line, indented under it");
+      continue;
+    }
+    if (!k.value.empty() && (k.value[0] == '|' || k.value[0] == '>')) continue;  // a block scalar's text
     std::string why;
-    if (e->isType<double>()) {
-      double v = 0;
-      if (!parse_real(k.value, v, why)) refuse(source, at + " = " + shown(k.value) + " is " + why);
-      if (!same_bits(v, Teuchos::getValue<double>(*e)))
-        refuse(source, at + " = " + shown(k.value) + " was read as another value by the YAML reader");
+    bool same                      = true;
+    std::vector<std::string> items = k.items;
+    const bool array               = e->isType<Teuchos::Array<double>>() || e->isType<Teuchos::Array<int>>() ||
+                       e->isType<Teuchos::Array<std::string>>();
+    if (array && !k.value.empty() && !yaml_flow_items(k.value, items))
+      refuse(source, at + " = " + shown(k.value) + " was read as an array; write an array as [x, y, ...]");
+    if (e->isType<Teuchos::Array<double>>())
+      same = same_yaml_array<double>(*e, items, why);
+    else if (e->isType<Teuchos::Array<int>>())
+      same = same_yaml_array<int>(*e, items, why);
+    else if (e->isType<Teuchos::Array<std::string>>())
+      same = same_yaml_array<std::string>(*e, items, why);
+    else
+      same = same_yaml_scalar(*e, k.value, why);
+    if (!same) {
+      std::string written = k.value;
+      if (written.empty()) {
+        for (const auto& it : items) written += (written.empty() ? "[" : ", ") + it;
+        written += written.empty() ? "[]" : "]";
+      }
+      if (!why.empty()) refuse(source, at + " = " + shown(written) + ": " + why);
+      refuse(source, at + " = " + shown(written) + " was read as " + Impl::entry_value_string(*e) +
+                         " by the YAML reader, not as written" +
+                         (written.find('#') != std::string::npos
+                              ? " ('#' starts a comment after a space; quote a value that contains one)"
+                              : std::string(" (a value continued on the next line?)")));
     }
   }
+  std::function<void(const ParameterList&, const std::string&)> walk = [&](const ParameterList& list,
+                                                                           const std::string& prefix) {
+    for (auto it = list.begin(); it != list.end(); ++it) {
+      const std::string key = prefix.empty() ? list.name(it) : prefix + "/" + list.name(it);
+      if (!found.count(key))
+        refuse(source, "key '" + key +
+                           "' was read by the YAML reader, but not from a line 'key: value' of its own at its "
+                           "list's indentation (a flow mapping {...}, a key without a space after its colon, or a "
+                           "line indented into a block of text?); write each key on a line of its own");
+      if (list.entry(it).isList()) walk(Teuchos::getValue<ParameterList>(list.entry(it)), key);
+    }
+  };
+  walk(l, "");
 }
 
 RCP<ParameterList> from_yaml(const std::string& text, const std::string& source) {
@@ -486,7 +688,10 @@ RCP<ParameterList> parameter_list_from_string(const std::string& text, const std
     refuse(where, "is " + std::to_string(text.size()) + " bytes; a " + format + " parameter list may have at most " +
                       std::to_string(limit) + " bytes (the reader's time grows faster than the size)");
   if (text.find('\0') != std::string::npos) refuse(where, "contains a NUL byte; it is not text");
-  return format == "xml" ? from_xml(text, where) : from_yaml(text, where);
+  // A UTF-8 byte-order mark (which some editors write) is no part of the text.
+  const std::string bom  = "\xEF\xBB\xBF";
+  const std::string body = text.compare(0, bom.size(), bom) == 0 ? text.substr(bom.size()) : text;
+  return format == "xml" ? from_xml(body, where) : from_yaml(body, where);
 }
 
 RCP<ParameterList> read_parameter_list(const std::string& path) {

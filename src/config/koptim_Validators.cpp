@@ -5,10 +5,23 @@
 #include <Teuchos_StrUtils.hpp>
 
 #include <cmath>
+#include <limits>
 #include <sstream>
 
 namespace koptim {
 namespace Impl {
+
+namespace {
+// Integers up to 2^53 in magnitude are exact in a double.
+constexpr long long exact_integer_limit = 1LL << 53;
+
+// An Array(double) or Array(int) entry's values as doubles (ints convert exactly).
+Teuchos::Array<double> as_reals(const Teuchos::any& a) {
+  if (a.type() == typeid(Teuchos::Array<double>)) return Teuchos::any_cast<Teuchos::Array<double>>(a);
+  const auto& i = Teuchos::any_cast<Teuchos::Array<int>>(a);
+  return Teuchos::Array<double>(i.begin(), i.end());
+}
+}  // namespace
 
 std::string entry_value_string(const Teuchos::ParameterEntry& entry) {
   if (entry.isType<bool>()) return Teuchos::getValue<bool>(entry) ? "true" : "false";
@@ -139,6 +152,12 @@ void KeyValidator::validate(const Teuchos::ParameterEntry& entry, const std::str
         v = Teuchos::any_cast<double>(a);
       } else if (a.type() == typeid(int)) {
         v = Teuchos::any_cast<int>(a);
+      } else if (a.type() == typeid(long long)) {
+        // YAML reads an integer beyond int as long long: taken where a double holds it exactly.
+        const long long i = Teuchos::any_cast<long long>(a);
+        if (i > exact_integer_limit || i < -exact_integer_limit)
+          reject(entry, paramName, sublistName, "an integer beyond 2^53, which a double does not hold exactly");
+        v = static_cast<double>(i);
       } else {
         reject(entry, paramName, sublistName, "wrong type, expected double");
       }
@@ -151,6 +170,8 @@ void KeyValidator::validate(const Teuchos::ParameterEntry& entry, const std::str
         v = Teuchos::any_cast<int>(a);
       } else if (a.type() == typeid(long long)) {
         v = Teuchos::any_cast<long long>(a);
+        if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max())
+          reject(entry, paramName, sublistName, "out of range (beyond an int)");
       } else {
         reject(entry, paramName, sublistName, "wrong type, expected int");
       }
@@ -169,10 +190,10 @@ void KeyValidator::validate(const Teuchos::ParameterEntry& entry, const std::str
       break;
     }
     case Kind::real_array: {
-      if (a.type() != typeid(Teuchos::Array<double>)) {
+      if (a.type() != typeid(Teuchos::Array<double>) && a.type() != typeid(Teuchos::Array<int>)) {
         reject(entry, paramName, sublistName, "wrong type, expected Array(double)");
       }
-      const auto& v = Teuchos::any_cast<Teuchos::Array<double>>(a);
+      const auto v = as_reals(a);
       if (static_cast<std::size_t>(v.size()) != ranges_.size()) {
         reject(entry, paramName, sublistName, "has " + std::to_string(v.size()) + " entries");
       }
@@ -187,9 +208,20 @@ void KeyValidator::validate(const Teuchos::ParameterEntry& entry, const std::str
 void KeyValidator::validateAndModify(const std::string& paramName, const std::string& sublistName,
                                      Teuchos::ParameterEntry* entry) const {
   validate(*entry, paramName, sublistName);
-  if (kind_ == Kind::real && entry->getAny(false).type() == typeid(int)) {
-    const double v = Teuchos::any_cast<int>(entry->getAny(false));
+  // The value in the type the key is read as (validate() accepted it, so it converts exactly).
+  const Teuchos::any& a = entry->getAny(false);
+  if (kind_ == Kind::real && a.type() == typeid(int)) {
+    const double v = Teuchos::any_cast<int>(a);
     entry->setValue<double>(v, entry->isDefault(), entry->docString(), entry->validator());
+  } else if (kind_ == Kind::real && a.type() == typeid(long long)) {
+    const double v = static_cast<double>(Teuchos::any_cast<long long>(a));
+    entry->setValue<double>(v, entry->isDefault(), entry->docString(), entry->validator());
+  } else if (kind_ == Kind::integer && a.type() == typeid(long long)) {
+    const int v = static_cast<int>(Teuchos::any_cast<long long>(a));
+    entry->setValue<int>(v, entry->isDefault(), entry->docString(), entry->validator());
+  } else if (kind_ == Kind::real_array && a.type() == typeid(Teuchos::Array<int>)) {
+    const Teuchos::Array<double> v = as_reals(a);
+    entry->setValue<Teuchos::Array<double>>(v, entry->isDefault(), entry->docString(), entry->validator());
   }
 }
 

@@ -13,7 +13,9 @@
 #include <mpi.h>
 
 #include <cstdio>
+#include <cstdint>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <memory>
 
@@ -248,6 +250,47 @@ TEST(Checkpoint, RefusesBadFilesAndChangesNothing) {
   }
   MPI_Barrier(world()->mpi_comm());
   expect_refused(newer, *opt, m, {"format version 2", "written by a newer koptim"});
+
+  // Edited outside koptim: a parameter's group copied under another name (two groups for one
+  // parameter: not the later one's values), an unsigned 64-bit integer above 2^63 - 1 (HDF5 would
+  // read it as 2^63 - 1) in the metadata and in the optimizer's state.
+  auto edited = [&](const std::string& name, const std::function<void(hid_t)>& edit) -> std::string {
+    const std::string path = file(name);
+    write_all(path, bytes);
+    if (world()->rank() == 0) {
+      const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+      EXPECT_GE(f, 0);
+      edit(f);
+      H5Fclose(f);
+    }
+    MPI_Barrier(world()->mpi_comm());
+    return path;
+  };
+  const std::string copied = edited("copied_group", [](hid_t f) {
+    EXPECT_GE(H5Ocopy(f, "parameters/b1", f, "parameters/b1_copy", H5P_DEFAULT, H5P_DEFAULT), 0);
+  });
+  expect_refused(copied, *opt, m, {"/parameters/b1", "holds parameter 'b1', as an earlier group does"});
+  auto unsigned_attribute = [](hid_t f, const char* object, const char* name) {
+    const hid_t o               = H5Oopen(f, object, H5P_DEFAULT);
+    const hid_t space           = H5Screate(H5S_SCALAR);
+    const std::uint64_t too_big = (std::uint64_t(1) << 63) + 12345;
+    const hid_t a               = H5Acreate2(o, name, H5T_STD_U64LE, space, H5P_DEFAULT, H5P_DEFAULT);
+    EXPECT_GE(a, 0);
+    EXPECT_GE(H5Awrite(a, H5T_NATIVE_UINT64, &too_big), 0);
+    H5Aclose(a);
+    H5Sclose(space);
+    H5Oclose(o);
+  };
+  const std::string big_meta = edited("unsigned_metadata", [&](hid_t f) { unsigned_attribute(f, "metadata", "seed"); });
+  expect_refused(big_meta, *opt, m, {"attribute 'seed' of /metadata = 9223372036854788153", "signed 64-bit"});
+  expect_error([&] { koptim::io::read_checkpoint_metadata(big_meta); }, {"9223372036854788153"});
+  const std::string big_step = edited("unsigned_step", [&](hid_t f) {
+    const hid_t o = H5Oopen(f, "optimizer", H5P_DEFAULT);
+    EXPECT_GE(H5Adelete(o, "step"), 0);
+    H5Oclose(o);
+    unsigned_attribute(f, "optimizer", "step");
+  });
+  expect_refused(big_step, *opt, m, {"attribute 'step' of /optimizer = 9223372036854788153", "signed 64-bit"});
 
   // Ranks that name different files (on one rank: a missing file).
   expect_refused(world()->rank() == 0 && world()->size() > 1 ? good : file("elsewhere"), *opt, m,

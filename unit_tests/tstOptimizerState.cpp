@@ -143,6 +143,28 @@ TEST(StateImport, RejectsWhatDoesNotFitAndChangesNothing) {
   expect_rejected(s, "'b/max_exp_avg_sq' has shape (3,)");
 }
 
+// An integer or a real the optimizer does not hold is refused, not ignored (every optimizer).
+TEST(StateImport, RejectsScalarsTheOptimizerDoesNotHold) {
+  for (const std::string name : {"SGD", "AdaGrad", "RMSProp", "Adam", "AdamW", "Gefen", "Shampoo"}) {
+    Model m;
+    auto opt = make(m.params, name);
+    m.gradients(1);
+    opt->step();
+    const auto good = opt->export_state();
+    ASSERT_NO_THROW(opt->import_state(good)) << name;
+    auto s              = good;
+    s.integers["Step"]  = 100;
+    auto expect_refused = [&](const koptim::OptimizerState& bad, const std::string& what) {
+      koptim_test::expect_error<koptim::StateError>([&] { opt->import_state(bad); }, {what});
+      EXPECT_TRUE(opt->export_state() == good) << name;
+    };
+    expect_refused(s, "integer 'Step'");
+    s             = good;
+    s.reals["lr"] = 0.5;
+    expect_refused(s, "real 'lr'");
+  }
+}
+
 TEST(StateBytes, AreExact) {
   Model m;  // 15 float + 7 double parameters
   const std::size_t f = 15 * 4, d = 7 * 8;

@@ -171,6 +171,13 @@ bool nonnegative_slot(const std::string& slot) {
 }  // namespace
 
 void ElementwiseOptimizer::check_tensors(const OptimizerState& state) const {
+  for (const auto& kv : state.integers)
+    if (kv.first != "step" && kv.first != "skipped_steps")
+      throw StateError("koptim::" + name() + "::import_state: the state has integer '" + kv.first +
+                       "', which this optimizer does not hold");
+  if (!state.reals.empty())
+    throw StateError("koptim::" + name() + "::import_state: the state has real '" + state.reals.begin()->first +
+                     "'; this optimizer holds no reals");
   const auto& ps     = parameters();
   std::size_t expect = 0;
   for (const auto& pc : pieces_) {

@@ -30,8 +30,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdint>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <set>
 #include <sstream>
 #endif
@@ -248,6 +250,20 @@ Attribute read_attribute(hid_t obj, const std::string& name, const std::string& 
   if (rank == 1) H5Sget_simple_extent_dims(space, &n, nullptr);
   Attribute out;
   const H5T_class_t c = H5Tget_class(type);
+  if (c == H5T_INTEGER) {
+    // Read as int64, which HDF5 would saturate: an unsigned 64-bit value above 2^63 - 1 (or a
+    // wider integer) is refused, not read as another number.
+    const H5T_sign_t sign  = H5Tget_sign(type);
+    const std::size_t size = H5Tget_size(type);
+    if (size > 8) throw Error(what + " is a " + std::to_string(8 * size) + "-bit integer; koptim reads up to 64 bits");
+    if (sign == H5T_SGN_NONE && size == 8) {
+      std::vector<std::uint64_t> u(rank == 1 ? n : 1);
+      if (!u.empty()) ok(H5Aread(a, H5T_NATIVE_UINT64, u.data()), "cannot read " + what);
+      for (const auto x : u)
+        if (x > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+          throw Error(what + " = " + std::to_string(x) + " does not fit a signed 64-bit integer");
+    }
+  }
   if (c == H5T_INTEGER && rank == 0) {
     out.kind = Attribute::integer;
     ok(H5Aread(a, H5T_NATIVE_INT64, &out.i), "cannot read " + what);
@@ -1239,7 +1255,8 @@ LoadReport load_checkpoint(const std::string& path, Optimizer& opt, const LoadOp
                          (layout.s == "left" ? "Left" : "Right") + " in the checkpoint, " + to_string(p.param.dtype) +
                          " " + shape_string(p.param.shape) + " Layout" + (p.param.layout_right ? "Right" : "Left") +
                          " here");
-      seen.insert(pname.s);
+      if (!seen.insert(pname.s).second)
+        throw Error(where + gname + " holds parameter '" + pname.s + "', as an earlier group does" + damaged);
       groups.emplace_back(i, m.first);
     }
     for (const auto& p : ps.parameters())

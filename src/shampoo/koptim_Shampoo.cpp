@@ -22,6 +22,7 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <set>
 #include <sstream>
 #include <utility>
 #include <type_traits>
@@ -435,7 +436,8 @@ class ShampooBlocks {
 
   void export_tensors(OptimizerState& s) const;
   // Throws StateError for a missing or mis-shaped entry; counts the entries it expects.
-  void check_tensors(const OptimizerState& s, std::size_t& expected) const;
+  // expected counts the tensors it checked; scalars receives the integers' and reals' keys.
+  void check_tensors(const OptimizerState& s, std::size_t& expected, std::set<std::string>& scalars) const;
   void import_tensors(const OptimizerState& s);
 
  private:
@@ -1202,7 +1204,8 @@ void ShampooBlocks<T>::export_tensors(OptimizerState& s) const {
 }
 
 template <class T>
-void ShampooBlocks<T>::check_tensors(const OptimizerState& s, std::size_t& expected) const {
+void ShampooBlocks<T>::check_tensors(const OptimizerState& s, std::size_t& expected,
+                                     std::set<std::string>& scalars) const {
   const std::string who = "koptim::Shampoo::import_state: ";
   enum Values { finite, nonnegative, factor };
   // The exact shape (a transposed block is another block) and the values: every entry finite,
@@ -1236,6 +1239,7 @@ void ShampooBlocks<T>::check_tensors(const OptimizerState& s, std::size_t& expec
     }
   };
   auto integer = [&](const std::string& k, std::int64_t lo, std::int64_t hi, const std::string& allowed) {
+    scalars.insert(k);
     auto it = s.integers.find(k);
     if (it == s.integers.end()) throw StateError(who + "the state has no integer '" + k + "'");
     if (it->second < lo || it->second > hi)
@@ -1254,6 +1258,7 @@ void ShampooBlocks<T>::check_tensors(const OptimizerState& s, std::size_t& expec
     // One more than tolerated: the count a block keeps after the failure that raised the error.
     integer(k + "/failures", 0, tolerated + 1,
             "0 to num_tolerated_failed_amortized_computations + 1 = " + std::to_string(tolerated + 1));
+    scalars.insert(k + "/trace");
     auto tr = s.reals.find(k + "/trace");
     if (tr == s.reals.end()) throw StateError(who + "the state has no real '" + k + "/trace'");
     if (!Impl::is_finite(tr->second) || tr->second < 0.0 ||
@@ -1574,8 +1579,17 @@ void Shampoo::export_tensors(OptimizerState& s) const {
 
 void Shampoo::check_tensors(const OptimizerState& s) const {
   std::size_t expected = 0;
-  f32_->check_tensors(s, expected);
-  f64_->check_tensors(s, expected);
+  std::set<std::string> scalars{"step", "skipped_steps"};
+  f32_->check_tensors(s, expected, scalars);
+  f64_->check_tensors(s, expected, scalars);
+  for (const auto& kv : s.integers)
+    if (!scalars.count(kv.first))
+      throw StateError("koptim::Shampoo::import_state: the state has integer '" + kv.first +
+                       "', which this optimizer does not hold");
+  for (const auto& kv : s.reals)
+    if (!scalars.count(kv.first))
+      throw StateError("koptim::Shampoo::import_state: the state has real '" + kv.first +
+                       "', which this optimizer does not hold");
   if (s.tensors.size() != expected) {
     throw StateError("koptim::Shampoo::import_state: the state has " + std::to_string(s.tensors.size()) +
                      " tensors, this optimizer expects " + std::to_string(expected) +

@@ -282,6 +282,7 @@ TEST(Config, YamlRefusesWhatItsReaderWouldReadOtherwise) {
                   {"line 4", "key 'lr_schedule/type'", "was read as linear_warmup"});
   expect_contains(read_error(y, a + "  lr_schedule:\n    type: linear_warmup\n    warmup_steps: 10#00\n"),
                   {"line 5", "key 'lr_schedule/warmup_steps'", "'10#00'", "not an integer"});
+  expect_contains(read_error(y, "koptim:\n  optimizer: !!str AdamW\n"), {"line 2", "key 'optimizer'", "YAML tag"});
   // What is right still reads: quoted strings, bool forms, a block sequence, integers in an array
   // of reals, an integer beyond int for a real, a block scalar, a byte-order mark.
   const std::string good =
@@ -320,6 +321,8 @@ TEST(Config, XmlRefusesWhatWouldBeDropped) {
                   {"key 'koptim/lr'", "with the text '0.5' inside it"});
   expect_contains(read_error(x, xml_with("  <Parameter name=\"amsgrad\" type=\"bool\" value=\" true \"/>\n")),
                   {"key 'koptim/amsgrad'", "not a bool", "without spaces"});
+  expect_contains(read_error(x, xml_with("  <ParameterList name=\"lr_schedule\" value=\"cosine\"/>\n")),
+                  {"list 'koptim/lr_schedule' has the attribute value='cosine'", "would be ignored"});
   // A byte-order mark is no part of the text.
   EXPECT_EQ(read_error(x, "\xEF\xBB\xBF" + xml_with("")), "");
 }

@@ -198,6 +198,10 @@ void check_xml_list(const Teuchos::XMLObject& x, const std::string& path, const 
                          (tag == "Parameter" ? "a <Parameter>" : "a <ParameterList>") + "); give each key once");
     seen[name] = tag == "Parameter" ? "a <Parameter>" : "a <ParameterList>";
     if (tag == "ParameterList") {
+      for (const char* attribute : {"type", "value"})
+        if (e.hasAttribute(attribute))
+          refuse(source, "list '" + key + "' has the attribute " + attribute + "=" + shown(e.getAttribute(attribute)) +
+                             ", which would be ignored; a <ParameterList> holds its keys as elements");
       check_xml_list(e, key, source, depth + 1);
       continue;
     }
@@ -643,7 +647,8 @@ void compare_yaml(const std::vector<YamlKey>& keys, const ParameterList& l, cons
                          " by the YAML reader, not as written" +
                          (written.find('#') != std::string::npos
                               ? " ('#' starts a comment after a space; quote a value that contains one)"
-                              : std::string(" (a value continued on the next line?)")));
+                          : written.rfind('!', 0) == 0 ? " (a YAML tag such as !!str is not read: remove it)"
+                                                       : ""));
     }
   }
   std::function<void(const ParameterList&, const std::string&)> walk = [&](const ParameterList& list,

@@ -283,6 +283,8 @@ TEST(Config, YamlRefusesWhatItsReaderWouldReadOtherwise) {
   expect_contains(read_error(y, a + "  lr_schedule:\n    type: linear_warmup\n    warmup_steps: 10#00\n"),
                   {"line 5", "key 'lr_schedule/warmup_steps'", "'10#00'", "not an integer"});
   expect_contains(read_error(y, "koptim:\n  optimizer: !!str AdamW\n"), {"line 2", "key 'optimizer'", "YAML tag"});
+  expect_contains(read_error(y, a + "  lr_schedule:\n    type: linear_warmup\n    warmup_steps: 010\n"),
+                  {"line 5", "'010'", "leading zero"});
   // What is right still reads: quoted strings, bool forms, a block sequence, integers in an array
   // of reals, an integer beyond int for a real, a block scalar, a byte-order mark.
   const std::string good =

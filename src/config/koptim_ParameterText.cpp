@@ -558,6 +558,11 @@ bool same_yaml_scalar(const Teuchos::ParameterEntry& e, const std::string& writt
   if (a.type() == typeid(int) || a.type() == typeid(long long)) {
     long long v = 0;
     if (!parse_integer(written, v, why)) return false;
+    const std::size_t digits = written[0] == '+' || written[0] == '-' ? 1 : 0;
+    if (written.size() > digits + 1 && written[digits] == '0') {
+      why = "an integer with a leading zero (octal in YAML 1.1, decimal in YAML 1.2): write it without";
+      return false;
+    }
     return v == (a.type() == typeid(int) ? Teuchos::any_cast<int>(a) : Teuchos::any_cast<long long>(a));
   }
   if (a.type() == typeid(bool)) {

@@ -102,6 +102,49 @@ TEST(Checkpoint, RoundTripRestoresStateParametersAndMetadata) {
   EXPECT_EQ(other->step_count(), 5);
 }
 
+// A parameter in another group, a group with another weight_decay of its own: reported like a key
+// of the list; LoadOptions::allow_configuration_changes = false refuses any change, nothing
+// changed, and loads an unchanged configuration.
+TEST(Checkpoint, ReportsGroupChangesAndRefusesChangesWhenAsked) {
+  CheckpointModel a;
+  auto saved             = make(a, "AdamW", 3);
+  const std::string path = file("groups");
+  koptim::io::save_checkpoint(path, *saved, save_options());
+
+  CheckpointModel b;
+  koptim::ParameterSet ps;
+  const int no_decay = ps.add_group("no_decay", {std::nullopt, 0.5});
+  for (const auto& p : b.params.parameters()) ps.add_ref(p.name, p.param, p.grad, p.name == "scale" ? no_decay : 0);
+  auto regrouped    = koptim::create(ps, koptim_test::checkpoint_config("AdamW"), world());
+  const auto report = koptim::io::load_checkpoint(path, *regrouped, load_options());
+  EXPECT_EQ(report.configuration_changes,
+            (std::vector<std::string>{"group 'no_decay' weight_decay: 0 in the checkpoint, 0.5 now",
+                                      "parameter 'b1': group 'no_decay' in the checkpoint, 'default' now"}));
+
+  CheckpointModel c;
+  auto l = koptim_test::checkpoint_config("AdamW");
+  l.set("lr", 0.02);
+  auto other                         = koptim::create(c.params, l, world());
+  auto strict                        = load_options();
+  strict.allow_configuration_changes = false;
+  const auto state                   = other->export_state();
+  const auto values                  = c.bytes();
+  expect_error<koptim::ConfigError>([&] { koptim::io::load_checkpoint(path, *other, strict); },
+                                    {"lr: 0.01 in the checkpoint, 0.02 now", "allow_configuration_changes is false"});
+  EXPECT_TRUE(state == other->export_state());
+  EXPECT_TRUE(values == c.bytes());
+  CheckpointModel d;
+  auto same = koptim::create(d.params, koptim_test::checkpoint_config("AdamW"), world());
+  EXPECT_TRUE(koptim::io::load_checkpoint(path, *same, strict).configuration_changes.empty());
+  EXPECT_TRUE(saved->export_state() == same->export_state());
+  // Keys that only place the work on the ranks may differ: the run goes on (on other ranks).
+  CheckpointModel e;
+  auto sharded = koptim::create(e.params, koptim_test::checkpoint_config("AdamWSharded"), world());
+  EXPECT_EQ(koptim::io::load_checkpoint(path, *sharded, strict).configuration_changes,
+            std::vector<std::string>{"shard_state: false in the checkpoint, true now"});
+  EXPECT_EQ(sharded->step_count(), 3);
+}
+
 // A free function: CUDA refuses extended lambdas in a TEST body (a private member function).
 void fill_large(const Kokkos::View<float**>& w, const Kokkos::View<float**>& g, const Kokkos::View<double*>& v,
                 const Kokkos::View<double*>& gv) {
@@ -374,6 +417,12 @@ TEST(Checkpoint, RejectsBadMetadataBeforeWriting) {
   o.metadata.integers["x"] = 1;
   o.metadata.reals["x"]    = 1;
   expect_error<koptim::ConfigError>([&] { koptim::io::save_checkpoint(path, *opt, o); }, {"'x' is used for two"});
+  // HDF5 refused a name of 65535 bytes or more with its own message (the whole name in it).
+  o                                            = save_options();
+  o.metadata.integers[std::string(70000, 'n')] = 1;
+  expect_error<koptim::ConfigError>([&] { koptim::io::save_checkpoint(path, *opt, o); },
+                                    {"(70000 bytes) is not allowed", "at most 65000 bytes"});
+  EXPECT_FALSE(std::ifstream(path).good());
 }
 
 // h5dump (from Debian's hdf5-tools), when present, reads the documented layout.

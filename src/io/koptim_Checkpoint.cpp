@@ -16,6 +16,7 @@
 
 #include <koptim/comm/koptim_Communicator.hpp>
 #include <koptim/config/koptim_Factory.hpp>
+#include <koptim/core/impl/koptim_Check.hpp>
 #include <koptim/core/impl/koptim_Profiling.hpp>
 #include <koptim/koptim_Version.hpp>
 
@@ -34,6 +35,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <set>
 #include <sstream>
 #endif
@@ -879,9 +881,10 @@ std::string options_text(const SaveOptions& o) {
 
 void check_metadata(const Metadata& m) {
   auto name = [](const std::string& k) {
-    if (k.empty() || k.find('/') != std::string::npos || k.find('\0') != std::string::npos)
-      throw ConfigError("koptim::io::save_checkpoint: metadata name '" + k +
-                        "' is not allowed; names must be non-empty, without '/' or NUL");
+    if (k.empty() || k.size() > 65000 || k.find('/') != std::string::npos || k.find('\0') != std::string::npos)
+      throw ConfigError("koptim::io::save_checkpoint: metadata name '" +
+                        (k.size() > 80 ? k.substr(0, 80) + "...' (" + std::to_string(k.size()) + " bytes)" : k + "'") +
+                        " is not allowed; names must be non-empty, at most 65000 bytes, without '/' or NUL");
   };
   std::set<std::string> seen;
   auto unique = [&](const std::string& k) {
@@ -1119,7 +1122,13 @@ void save_checkpoint(const std::string& path, const Optimizer& opt, const SaveOp
         write_string(g, "dtype", to_string(p.param.dtype), gname);
         write_ints(g, "shape", p.param.shape, gname);
         write_string(g, "layout", layout_of(p.param), gname);
-        write_string(g, "group", ps.groups()[static_cast<std::size_t>(p.group)].name, gname);
+        // The parameter group, and the values it sets itself (absent: the list's), so that a load
+        // can report a group's change as it reports the list's.
+        const auto& grp = ps.groups()[static_cast<std::size_t>(p.group)];
+        write_string(g, "group", grp.name, gname);
+        write_int(g, "group_options", 1, gname);
+        if (grp.options.lr) write_real(g, "group_lr", *grp.options.lr, gname);
+        if (grp.options.weight_decay) write_real(g, "group_weight_decay", *grp.options.weight_decay, gname);
         group({"parameters", escape(p.name), "state"});
         if (!options.save_parameters) continue;
         // Every rank holds the values: each writes an equal share.
@@ -1234,7 +1243,7 @@ LoadReport load_checkpoint(const std::string& path, Optimizer& opt, const LoadOp
 
     // The parameters: the same names, scalar types, shapes and layouts.
     Handle params(ok(H5Gopen2(file, "parameters", H5P_DEFAULT), where + "cannot open /parameters" + damaged), H5Gclose);
-    std::set<std::string> seen;
+    std::set<std::string> seen, group_changes;
     std::vector<std::pair<int, std::string> > groups;  // (parameter index here, group name)
     for (const auto& m : members(params, "/parameters")) {
       const std::string gname = "/parameters/" + m.first;
@@ -1258,6 +1267,37 @@ LoadReport load_checkpoint(const std::string& path, Optimizer& opt, const LoadOp
       if (!seen.insert(pname.s).second)
         throw Error(where + gname + " holds parameter '" + pname.s + "', as an earlier group does" + damaged);
       groups.emplace_back(i, m.first);
+      // Its parameter group then and now (files of an earlier koptim hold the name only).
+      const auto& now = ps.groups()[static_cast<std::size_t>(p.group)];
+      auto optional   = [&](const char* name, Attribute::Kind kind) {
+        if (H5Aexists(g, name) <= 0) return Attribute{};
+        const auto a = read_attribute(g, name, gname);
+        if (a.kind != kind) throw Error(where + "attribute '" + name + "' of " + gname + " has another type" + damaged);
+        return a;
+      };
+      // A group's own values are compared where the parameter stayed in it (a move is reported
+      // as such).
+      const auto was   = optional("group", Attribute::string);
+      const bool moved = was.kind == Attribute::string && was.s != now.name;
+      if (moved)
+        group_changes.insert("parameter '" + p.name + "': group '" + was.s + "' in the checkpoint, '" + now.name +
+                             "' now");
+      if (!moved && optional("group_options", Attribute::integer).kind == Attribute::integer) {
+        const auto own = [&](const char* name) {
+          const auto a = optional(name, Attribute::real);
+          return a.kind == Attribute::real ? std::optional<double>(a.r) : std::nullopt;
+        };
+        const auto shown = [](const std::optional<double>& v) {
+          return v ? koptim::Impl::real_string(*v) : std::string("(the list's)");
+        };
+        const auto lr = own("group_lr"), wd = own("group_weight_decay");
+        if (lr != now.options.lr)
+          group_changes.insert("group '" + now.name + "' lr: " + shown(lr) + " in the checkpoint, " +
+                               shown(now.options.lr) + " now");
+        if (wd != now.options.weight_decay)
+          group_changes.insert("group '" + now.name + "' weight_decay: " + shown(wd) + " in the checkpoint, " +
+                               shown(now.options.weight_decay) + " now");
+      }
     }
     for (const auto& p : ps.parameters())
       if (!seen.count(p.name))
@@ -1351,7 +1391,19 @@ LoadReport load_checkpoint(const std::string& path, Optimizer& opt, const LoadOp
                                      : " built with another configuration (" + keys + "), which changes the state: ") +
                        e.what());
     }
+    changes.insert(changes.end(), group_changes.begin(), group_changes.end());
     report.configuration_changes = changes;
+    if (!options.allow_configuration_changes) {
+      // Keys that only place the work on the ranks (the results are bitwise those of one
+      // process) may differ: a run written on N ranks continues on M.
+      static const std::set<std::string> placement{"shard_state", "distributed_cost_model", "num_trainers_per_group"};
+      std::string keys;
+      for (const auto& c : changes)
+        if (!placement.count(c.substr(0, c.find(':')))) keys += (keys.empty() ? "" : "; ") + c;
+      if (!keys.empty())
+        throw ConfigError(where + "the checkpoint was written with another configuration (" + keys +
+                          "), and LoadOptions::allow_configuration_changes is false");
+    }
 
     // The parameter values.
     report.parameters_loaded = options.load_parameters && has_values.i != 0;

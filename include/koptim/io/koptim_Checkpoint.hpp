@@ -45,7 +45,8 @@ namespace io {
 constexpr int checkpoint_format_version = 1;
 
 // The user's own values (an epoch, a data-loader position, RNG seeds), stored and read back
-// exactly. Names must be non-empty, without '/' or NUL; strings at most 65000 bytes, no NUL.
+// exactly. Names must be non-empty, at most 65000 bytes, without '/' or NUL; strings at most
+// 65000 bytes, no NUL.
 struct Metadata {
   std::map<std::string, std::int64_t> integers;
   std::map<std::string, double> reals;
@@ -71,6 +72,13 @@ struct LoadOptions {
   bool load_parameters = true;
   // As SaveOptions::comm.
   std::shared_ptr<comm::Communicator> comm;
+  // false: a checkpoint written with another configuration (any entry LoadReport's
+  // configuration_changes would list: a key of the parameter list, a parameter's group or a
+  // group's lr or weight_decay) is refused with ConfigError naming the changes, nothing changed;
+  // for resuming a run that must continue exactly as it was. The keys that only place the work on
+  // the ranks (shard_state, distributed_cost_model, num_trainers_per_group: the results are
+  // bitwise those of one process) may still differ, so that a run continues on other ranks.
+  bool allow_configuration_changes = true;
 };
 
 struct LoadReport {
@@ -80,8 +88,10 @@ struct LoadReport {
   std::int64_t step      = 0;  // the optimizer's step count after the load
   std::string koptim_version;  // of the koptim that wrote the file
   // Keys of the parameter list whose value differs between the file and this optimizer without
-  // changing the state's structure (for example "lr: 0.01 in the checkpoint, 0.02 now"); this
-  // optimizer's values are used.
+  // changing the state's structure (for example "lr: 0.01 in the checkpoint, 0.02 now"), then
+  // parameters in another group and groups with another lr or weight_decay of their own
+  // ("group 'no_decay' weight_decay: 0 in the checkpoint, (the list's) now"); this optimizer's
+  // values are used.
   std::vector<std::string> configuration_changes;
 };
 

@@ -88,6 +88,13 @@ TEST(ParameterSet, RejectsAParameterRegisteredTwice) {
   msg = error_of([&] { set.add("part", part, gp); });
   EXPECT_NE(msg.find("already registered as parameter 'w'"), std::string::npos) << msg;
   EXPECT_EQ(set.size(), 1u);
+  // A NUL would end the name in a checkpoint: "a\0b" was saved as "a" and refused on load.
+  Kokkos::View<float*> x("x", 3), gx("gx", 3);
+  msg = error_of([&] { set.add(std::string("a\0b", 3), x, gx); });
+  EXPECT_NE(msg.find("contains a NUL byte"), std::string::npos) << msg;
+  msg = error_of([&] { set.add_group(std::string("g\0h", 3)); });
+  EXPECT_NE(msg.find("contains a NUL byte"), std::string::npos) << msg;
+  EXPECT_EQ(set.size(), 1u);
 }
 
 TEST(ParameterSet, RejectsBadGroups) {

@@ -21,6 +21,9 @@ ParameterSet::ParameterSet() { groups_.push_back({"default", {}}); }
 int ParameterSet::add_group(const std::string& name, const GroupOptions& options) {
   Impl::ScopedRegion region("koptim::ParameterSet::add_group");
   if (name.empty()) throw ShapeError("koptim::ParameterSet::add_group: a group needs a non-empty name");
+  if (name.find('\0') != std::string::npos)
+    throw ShapeError("koptim::ParameterSet::add_group: group name '" + name.substr(0, name.find('\0')) +
+                     "\\0...' contains a NUL byte; names are text");
   if (find_group(name) >= 0) throw ShapeError("koptim::ParameterSet::add_group: group '" + name + "' already exists");
   auto check = [&](const std::optional<double>& v, const char* key) {
     if (v && !(*v >= 0.0 && *v < 1e300)) {
@@ -58,6 +61,10 @@ void ParameterSet::add_ref(const std::string& name, TensorRef param, TensorRef g
   Impl::ScopedRegion region("koptim::ParameterSet::add");
   const std::string where = "koptim::ParameterSet::add('" + name + "'): ";
   if (name.empty()) throw ShapeError("koptim::ParameterSet::add: a parameter needs a non-empty name");
+  // A NUL would end the name in a checkpoint (HDF5's names are C strings): another name on load.
+  if (name.find('\0') != std::string::npos)
+    throw ShapeError("koptim::ParameterSet::add: parameter name '" + name.substr(0, name.find('\0')) +
+                     "\\0...' contains a NUL byte; names are text");
   if (find(name) >= 0) throw ShapeError(where + "a parameter named '" + name + "' is already registered");
   if (group < 0 || group >= static_cast<int>(groups_.size())) {
     throw ShapeError(where + "group index " + std::to_string(group) + " does not exist; allowed: 0.." +

@@ -14,6 +14,7 @@
 #include "koptim_example.hpp"
 
 #include <filesystem>
+#include <map>
 
 namespace {
 
@@ -24,11 +25,13 @@ const char* const usage =
     "  --task NAME          digits, burgers or all (default: all)\n"
     "  --steps N            optimizer steps of every run (default: each task's; sets the schedules' total_steps, "
     "scales warmup)\n"
-    "  --config FILE        train with this parameter list instead of the three default files (repeatable)\n"
+    "  --config FILE        train with this parameter list instead of the three default files (repeatable, one\n"
+    "                       file per optimizer)\n"
     "  --seed N             seed of the initialization and the batches (default 1)\n"
     "  --output DIR         where the CSV curves and the plots go (default: the current directory)\n"
     "  --checkpoint-every N saves each run every N steps to <output>/<task>_<optimizer>.h5\n"
-    "  --restart DIR        continues each run from DIR/<task>_<optimizer>.h5 where that file exists\n"
+    "  --restart DIR        continues each run from DIR/<task>_<optimizer>.h5 where that file exists (same\n"
+    "                       configuration, --steps and --seed)\n"
     "  --quiet              no progress lines\n"
     "  --print-parameters   prints the reference of every parameter-list key (Markdown) and exits\n"
     "  --version            prints koptim's version and the git commit it was built from, and exits\n"
@@ -132,7 +135,7 @@ void demo(int argc, char** argv) {
   std::vector<std::string> configs;
   int steps          = 0;
   std::uint64_t seed = 1;
-  bool progress = true, print = false;
+  bool progress = true, print = false, version = false, help = false;
   Arguments args(argc, argv);
   while (args.next()) {
     const std::string f = args.flag();
@@ -157,15 +160,25 @@ void demo(int argc, char** argv) {
     } else if (f == "--print-parameters") {
       print = true;
     } else if (f == "--version") {
-      std::printf("koptim %s (git %s)\n", koptim::version_string(), koptim::git_hash());
-      return;
+      version = true;
     } else if (f == "--help") {
-      std::printf("%s\n", usage);
-      return;
+      help = true;
     } else {
       args.unknown(usage);
     }
   }
+  // After every argument was read: an unknown one is refused even beside --help.
+  if (help) {
+    std::printf("%s\n", usage);
+    return;
+  }
+  if (version) {
+    std::printf("koptim %s (git %s)\n", koptim::version_string(), koptim::git_hash());
+    return;
+  }
+  if (!restart.empty() && !std::filesystem::is_directory(restart))
+    throw UsageError("--restart expects the directory of an earlier --output, and '" + restart +
+                     "' is not a directory");
   if (print) {
     koptim::print_parameter_reference(std::cout);
     return;
@@ -191,10 +204,23 @@ void demo(int argc, char** argv) {
     if (files.empty())
       for (const char* opt : {"adamw", "shampoo", "gefen"})
         files.push_back(root + "/configs/" + task.name + "_" + opt + ".yaml");
+    // One run per optimizer: its files are named after it (two configurations of one optimizer
+    // would write the same files, and a restart would give both the same state).
+    std::vector<Teuchos::RCP<Teuchos::ParameterList>> lists;
+    std::map<std::string, std::string> file_of;
+    for (const auto& file : files) {
+      lists.push_back(read_config(file, 0.0, task.steps));
+      const auto name = lists.back()->get<std::string>("optimizer");
+      if (!file_of.emplace(name, file).second)
+        throw UsageError("--config '" + file_of[name] + "' and '" + file + "' both configure " + name +
+                         "; the demo names a run's files after its optimizer (" + task.name + "_" + lower(name) +
+                         ".csv): give each optimizer once");
+    }
     std::vector<Run> runs;
     std::int64_t parameters = 0;
-    for (const auto& file : files) {
-      auto config = read_config(file, 0.0, task.steps);
+    for (std::size_t k = 0; k < files.size(); ++k) {
+      const std::string& file = files[k];
+      auto config             = lists[k];
       Mlp model(task.layers, seed);
       parameters = model.num_parameters();
       TrainSettings settings;
@@ -211,10 +237,14 @@ void demo(int argc, char** argv) {
         std::printf("%s: restarted at step %lld\n", settings.label.c_str(),
                     static_cast<long long>(trainer.optimizer().step_count()));
       }
+      bool saved = false;
       trainer.train([&](std::int64_t step) {
-        if (checkpoint_every > 0 && step % checkpoint_every == 0) trainer.save((dir / checkpoint).string());
+        if (checkpoint_every > 0 && step % checkpoint_every == 0) {
+          trainer.save((dir / checkpoint).string());
+          saved = true;
+        }
       });
-      if (checkpoint_every > 0) written.push_back((dir / checkpoint).string());
+      if (saved) written.push_back((dir / checkpoint).string());
       Run r;
       r.optimizer           = trainer.optimizer().name();
       r.file                = file;

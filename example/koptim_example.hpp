@@ -29,6 +29,7 @@
 #include <iostream>
 #include <memory>
 #include <random>
+#include <iomanip>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -714,16 +715,21 @@ class Trainer {
       throw UsageError("the checkpoint '" + path + "' was not written by a koptim example");
     const auto curve = parse_curve(m.strings.at("curve"));
     koptim::io::LoadOptions lo;
-    lo.comm = comm_;
-    koptim::io::load_checkpoint(path, *optimizer_, lo);
+    lo.comm                        = comm_;
+    lo.allow_configuration_changes = false;  // the same run continues: another lr would be another run
+    try {
+      koptim::io::load_checkpoint(path, *optimizer_, lo);
+    } catch (const koptim::ConfigError& e) {
+      throw UsageError(e.what());  // the command line's values differ from the saved run's
+    }
     wall_s_      = m.reals.at("wall_s");
     steps_timed_ = m.integers.at("steps_timed");
     curve_       = curve;
   }
 
   // Trains until the optimizer has taken settings.steps steps, evaluating at step 0 (when it is
-  // the start), every eval_every steps and at the end. after_step(step) runs after every step
-  // (outside the timed region): the place for checkpoints.
+  // the start), every eval_every steps and at the end. after_step(step) runs after every step and
+  // its evaluation (outside the timed region): the place for checkpoints.
   void train(const std::function<void(std::int64_t)>& after_step = {}) {
     Progress progress(settings_.label, settings_.steps, settings_.progress && rank_ == 0);
     auto record = [&] {
@@ -738,8 +744,9 @@ class Trainer {
       wall_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       ++steps_timed_;
       const std::int64_t s = optimizer_->step_count();
-      if (after_step) after_step(s);
+      // Recorded before after_step, so that a checkpoint of step s holds its evaluation.
       if (s % settings_.eval_every == 0 || s == settings_.steps) record();
+      if (after_step) after_step(s);
     }
     progress.finish();
   }
@@ -799,17 +806,32 @@ class Trainer {
 // Reads a parameter-list file and applies the command line's overrides: lr, and steps, which
 // becomes lr_schedule/total_steps when the list's schedule has one, its warmup_steps scaled by the
 // same factor (so a short smoke run keeps the schedule's shape).
+// The file is checked as written first (a value it gets wrong is named as written); an error
+// that only the overrides cause names them.
 inline Teuchos::RCP<Teuchos::ParameterList> read_config(const std::string& path, double lr, int steps) {
-  auto list = koptim::read_parameter_list(path);
-  if (lr > 0) list->set("lr", lr);
-  if (steps > 0 && list->isSublist("lr_schedule")) {
-    auto& s = list->sublist("lr_schedule");
-    if (s.isParameter("total_steps")) {
-      const int total = s.get<int>("total_steps");
-      if (s.isParameter("warmup_steps") && total > 0)
-        s.set("warmup_steps", static_cast<int>(static_cast<long long>(s.get<int>("warmup_steps")) * steps / total));
-      s.set("total_steps", steps);
-    }
+  auto list                      = koptim::read_parameter_list(path);
+  const Teuchos::ParameterList v = koptim::validated_parameters(*list);
+  std::string overrides;
+  if (lr > 0) {
+    list->set("lr", lr);
+    std::ostringstream text;
+    text << "--lr " << std::setprecision(17) << lr;
+    overrides = text.str();
+  }
+  if (steps > 0 && list->isSublist("lr_schedule") && list->sublist("lr_schedule").isParameter("total_steps")) {
+    auto& s          = list->sublist("lr_schedule");
+    const int total  = v.sublist("lr_schedule").get<int>("total_steps");
+    const int warmup = v.sublist("lr_schedule").get<int>("warmup_steps");
+    s.set("warmup_steps", static_cast<int>(static_cast<long long>(warmup) * steps / total));
+    s.set("total_steps", steps);
+    overrides += (overrides.empty() ? "" : ", ") + std::string("--steps ") + std::to_string(steps) +
+                 " (lr_schedule: total_steps " + std::to_string(total) + " -> " + std::to_string(steps) +
+                 ", warmup_steps " + std::to_string(warmup) + " -> " + std::to_string(s.get<int>("warmup_steps")) + ")";
+  }
+  try {
+    koptim::validated_parameters(*list);
+  } catch (const koptim::ConfigError& e) {
+    throw UsageError("'" + path + "' with " + overrides + ": " + e.what());
   }
   return list;
 }
@@ -925,6 +947,8 @@ inline void run_example(const Dataset& data, const std::vector<int>& layers, con
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
   auto comm   = ranks > 1 ? koptim::comm::Communicator::create(MPI_COMM_WORLD) : nullptr;
   auto config = read_config(o.config, o.lr, o.train.steps);
+  // The curve's file is written at the end: one that cannot be is refused before the training.
+  if (!o.csv.empty() && !std::ofstream(o.csv, std::ios::app)) throw UsageError("--csv: cannot write '" + o.csv + "'");
   default_shard_state(*config, ranks);
   Mlp model(layers, o.train.seed);
   TrainSettings settings = o.train;
@@ -975,7 +999,14 @@ inline int example_main(int argc, char** argv, const std::function<void(int, cha
   if (openblas_set_num_threads && !std::getenv("OPENBLAS_NUM_THREADS")) openblas_set_num_threads(1);
 #endif
   MPI_Init(&argc, &argv);
-  Kokkos::initialize(argc, argv);
+  try {
+    Kokkos::initialize(argc, argv);
+  } catch (const std::exception& e) {  // a --kokkos-* option Kokkos refused
+    std::fprintf(stderr, "%s: Kokkos refused its command-line options: %s (--kokkos-help lists them)\n", argv[0],
+                 e.what());
+    MPI_Finalize();
+    return 2;
+  }
   int rc = 0;
   try {
     body(argc, argv);  // without the --kokkos-* arguments, which Kokkos::initialize removed

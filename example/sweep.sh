@@ -12,6 +12,11 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${1:-$root/build/release}"
 mode="${2:-all}"
+case "$mode" in
+  lr | seeds | all) ;;
+  *) echo "usage: $0 [BUILD_DIR [lr|seeds|all]] (got mode '$mode')" >&2; exit 2 ;;
+esac
+if [ $# -gt 2 ]; then echo "usage: $0 [BUILD_DIR [lr|seeds|all]] (extra argument '$3')" >&2; exit 2; fi
 lrs=(2e-3 5e-3 1e-2 2e-2 5e-2 1e-1)
 export OPENBLAS_NUM_THREADS=1
 

@@ -96,8 +96,11 @@ bool parse_real(const std::string& t, double& out, std::string& why) {
   return true;
 }
 
-// A decimal integer within long long: [+-] digits.
-bool parse_integer(const std::string& t, long long& out, std::string& why) {
+// A decimal integer in [lo, hi] ("range" names it in the message): [+-] digits.
+bool parse_integer(const std::string& t, long long& out, std::string& why,
+                   long long lo             = std::numeric_limits<long long>::min(),
+                   long long hi             = std::numeric_limits<long long>::max(),
+                   const std::string& range = "a 64-bit integer") {
   std::size_t i = (!t.empty() && (t[0] == '+' || t[0] == '-')) ? 1 : 0;
   if (i == t.size()) {
     why = "not an integer";
@@ -111,8 +114,8 @@ bool parse_integer(const std::string& t, long long& out, std::string& why) {
   }
   errno = 0;
   out   = std::strtoll(t.c_str(), nullptr, 10);
-  if (errno == ERANGE) {
-    why = "outside the range of a 64-bit integer";
+  if (errno == ERANGE || out < lo || out > hi) {
+    why = "outside the range of " + range;
     return false;
   }
   return true;
@@ -120,16 +123,9 @@ bool parse_integer(const std::string& t, long long& out, std::string& why) {
 
 // A decimal integer within int: [+-] digits.
 bool parse_int(const std::string& t, long long& out, std::string& why) {
-  if (!parse_integer(t, out, why)) {
-    if (why.rfind("outside", 0) != 0) return false;
-    out = std::numeric_limits<long long>::max();
-  }
-  if (out < std::numeric_limits<int>::min() || out > std::numeric_limits<int>::max()) {
-    why = "outside the range of an int [" + std::to_string(std::numeric_limits<int>::min()) + ", " +
-          std::to_string(std::numeric_limits<int>::max()) + "]";
-    return false;
-  }
-  return true;
+  return parse_integer(t, out, why, std::numeric_limits<int>::min(), std::numeric_limits<int>::max(),
+                       "an int [" + std::to_string(std::numeric_limits<int>::min()) + ", " +
+                           std::to_string(std::numeric_limits<int>::max()) + "]");
 }
 
 // {a, b, ...} of reals (or {} for none).

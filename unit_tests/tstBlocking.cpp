@@ -1,7 +1,7 @@
 // Shampoo blocking (docs/shampoo.md, "Blocking"): merged shapes from the reference's examples and hand
 // derivations, blocks checked against a brute-force coverage count, and the greedy
 // merge rule checked as a property on random shapes.
-#include <koptim/shampoo/impl/koptim_BlockMap.hpp>
+#include "shampoo/koptim_BlockMap.hpp"
 #include <koptim/shampoo/koptim_Blocking.hpp>
 
 #include <gtest/gtest.h>

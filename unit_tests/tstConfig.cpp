@@ -2,7 +2,7 @@
 // message, XML and YAML files, and a round trip of the printed defaults.
 #include "koptim_TestTensor.hpp"
 
-#include <koptim/config/impl/koptim_Validators.hpp>
+#include "config/koptim_Validators.hpp"
 #include <koptim/koptim.hpp>
 
 #include <Teuchos_XMLParameterListCoreHelpers.hpp>

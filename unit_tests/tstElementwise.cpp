@@ -2,7 +2,7 @@
 // once whatever n is against the host chunk (empty, one element, chunk boundaries, a tail), and
 // lane sums equal to exact integer sums.
 #include <koptim/core/impl/koptim_Elementwise.hpp>
-#include <koptim/core/impl/koptim_Lanes.hpp>
+#include "core/koptim_Lanes.hpp"
 
 #include <gtest/gtest.h>
 

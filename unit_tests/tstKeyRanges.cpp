@@ -8,7 +8,7 @@
 #include "koptim_TestErrors.hpp"
 #include "koptim_TestTensor.hpp"
 
-#include <koptim/config/impl/koptim_Validators.hpp>
+#include "config/koptim_Validators.hpp"
 #include <koptim/koptim.hpp>
 
 #include <gtest/gtest.h>

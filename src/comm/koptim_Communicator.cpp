@@ -1,6 +1,6 @@
 // The Communicator base (ownership of the duplicated MPI communicator, the host control plane)
 // and the MPI backend of the data plane.
-#include <koptim/comm/impl/koptim_TypedCommunicator.hpp>
+#include "koptim_TypedCommunicator.hpp"
 #include <koptim/core/impl/koptim_Profiling.hpp>
 
 #include <koptim_config.hpp>

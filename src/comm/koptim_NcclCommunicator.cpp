@@ -5,7 +5,7 @@
 // Compiled into koptim only when CMake finds NCCL and Kokkos has CUDA. A build without a CUDA
 // Kokkos compiles this file only as a check (the test koptim_nccl_compile); then the default
 // stream is used and the Views must hold device pointers (the test wraps cudaMalloc'ed memory).
-#include <koptim/comm/impl/koptim_TypedCommunicator.hpp>
+#include "koptim_TypedCommunicator.hpp"
 #include <koptim/core/impl/koptim_Profiling.hpp>
 
 #include <cuda_runtime.h>

@@ -8,7 +8,7 @@
 #include "koptim_OptionKeys.hpp"
 
 #include <koptim/comm/koptim_Communicator.hpp>
-#include <koptim/config/impl/koptim_Validators.hpp>
+#include "koptim_Validators.hpp"
 #include <koptim/core/impl/koptim_Profiling.hpp>
 #include <koptim/diagonal/koptim_AdaGrad.hpp>
 #include <koptim/diagonal/koptim_Adam.hpp>

@@ -8,7 +8,7 @@
 #ifndef KOPTIM_CONFIG_KEYRANGES_HPP
 #define KOPTIM_CONFIG_KEYRANGES_HPP
 
-#include <koptim/core/impl/koptim_Check.hpp>
+#include "../core/koptim_Check.hpp"
 
 #include <limits>
 

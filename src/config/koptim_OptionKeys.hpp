@@ -19,8 +19,8 @@
 #include "koptim_EnumNames.hpp"
 #include "koptim_KeyRanges.hpp"
 
-#include <koptim/config/impl/koptim_Validators.hpp>
-#include <koptim/core/impl/koptim_Check.hpp>
+#include "koptim_Validators.hpp"
+#include "../core/koptim_Check.hpp"
 
 #include <Teuchos_ParameterList.hpp>
 

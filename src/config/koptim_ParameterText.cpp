@@ -5,7 +5,7 @@
 // produced is compared with what was written: a value is used exactly as written, or refused.
 #include <koptim/config/koptim_Factory.hpp>
 #include <koptim/core/koptim_Error.hpp>
-#include <koptim/config/impl/koptim_Validators.hpp>
+#include "koptim_Validators.hpp"
 #include <koptim/core/impl/koptim_Profiling.hpp>
 
 #include <Teuchos_StringInputSource.hpp>

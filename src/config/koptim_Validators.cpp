@@ -1,6 +1,6 @@
-#include <koptim/config/impl/koptim_Validators.hpp>
+#include "koptim_Validators.hpp"
 
-#include <koptim/core/impl/koptim_Check.hpp>
+#include "../core/koptim_Check.hpp"
 
 #include <Teuchos_StrUtils.hpp>
 

@@ -3,7 +3,7 @@
 
 #include "../config/koptim_KeyRanges.hpp"
 
-#include <koptim/core/impl/koptim_Check.hpp>
+#include "koptim_Check.hpp"
 #include <koptim/core/impl/koptim_Math.hpp>
 #include <koptim/core/impl/koptim_Profiling.hpp>
 

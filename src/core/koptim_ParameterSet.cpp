@@ -1,4 +1,4 @@
-#include <koptim/core/impl/koptim_Check.hpp>
+#include "koptim_Check.hpp"
 #include <koptim/core/koptim_ParameterSet.hpp>
 #include <koptim/core/impl/koptim_Profiling.hpp>
 

@@ -1,4 +1,4 @@
-#include <koptim/core/impl/koptim_Check.hpp>
+#include "koptim_Check.hpp"
 
 #include "../config/koptim_KeyRanges.hpp"
 #include <koptim/core/koptim_Schedule.hpp>

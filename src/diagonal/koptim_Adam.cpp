@@ -1,9 +1,9 @@
-#include <koptim/core/impl/koptim_Check.hpp>
+#include "../core/koptim_Check.hpp"
 
 #include "koptim_DiagonalKeys.hpp"
 #include <koptim/core/impl/koptim_Elementwise.hpp>
 #include <koptim/diagonal/koptim_Adam.hpp>
-#include <koptim/diagonal/impl/koptim_DiagonalMath.hpp>
+#include "koptim_DiagonalMath.hpp"
 
 #include <cmath>
 #include <limits>

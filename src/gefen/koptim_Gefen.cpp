@@ -2,12 +2,12 @@
 
 #include "../comm/koptim_Distributor.hpp"
 #include "koptim_GefenKeys.hpp"
-#include <koptim/core/impl/koptim_Check.hpp>
+#include "../core/koptim_Check.hpp"
 #include <koptim/core/impl/koptim_Elementwise.hpp>
-#include <koptim/core/impl/koptim_Lanes.hpp>
+#include "../core/koptim_Lanes.hpp"
 #include <koptim/core/impl/koptim_Math.hpp>
 #include <koptim/core/impl/koptim_Profiling.hpp>
-#include <koptim/diagonal/impl/koptim_DiagonalMath.hpp>
+#include "../diagonal/koptim_DiagonalMath.hpp"
 #include <koptim/gefen/koptim_Gefen.hpp>
 #include <koptim/gefen/koptim_GefenCodebook.hpp>
 #include <koptim/gefen/koptim_GefenPartition.hpp>

@@ -16,7 +16,7 @@
 
 #include <koptim/comm/koptim_Communicator.hpp>
 #include <koptim/config/koptim_Factory.hpp>
-#include <koptim/core/impl/koptim_Check.hpp>
+#include "../core/koptim_Check.hpp"
 #include <koptim/core/impl/koptim_Profiling.hpp>
 #include <koptim/koptim_Version.hpp>
 

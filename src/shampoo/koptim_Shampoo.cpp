@@ -1,17 +1,17 @@
 #include <koptim/comm/koptim_BF16.hpp>
 #include <koptim/comm/koptim_Communicator.hpp>
-#include <koptim/core/impl/koptim_Check.hpp>
+#include "../core/koptim_Check.hpp"
 #include <koptim/core/impl/koptim_Elementwise.hpp>
-#include <koptim/core/impl/koptim_Lanes.hpp>
+#include "../core/koptim_Lanes.hpp"
 #include <koptim/core/impl/koptim_Math.hpp>
 #include <koptim/core/impl/koptim_Profiling.hpp>
-#include <koptim/diagonal/impl/koptim_DiagonalMath.hpp>
+#include "../diagonal/koptim_DiagonalMath.hpp"
 #include <koptim/linalg/koptim_BatchedGemm.hpp>
 #include <koptim/linalg/koptim_EigenbasisQr.hpp>
 #include <koptim/linalg/koptim_Eigensolver.hpp>
 #include <koptim/linalg/koptim_Gemm.hpp>
 #include <koptim/linalg/koptim_MatrixRoot.hpp>
-#include <koptim/shampoo/impl/koptim_BlockMap.hpp>
+#include "koptim_BlockMap.hpp"
 #include <koptim/shampoo/koptim_Shampoo.hpp>
 
 #include "../comm/koptim_Distributor.hpp"

@@ -2,8 +2,8 @@
 // merged (row-major reshaped) shape; its element e (row-major over the block) sits at one
 // memory offset of the user's View, whatever that View's layout. The map is a small value type
 // used inside kernels to gather a block into a contiguous buffer and to scatter updates back.
-#ifndef KOPTIM_SHAMPOO_IMPL_BLOCKMAP_HPP
-#define KOPTIM_SHAMPOO_IMPL_BLOCKMAP_HPP
+#ifndef KOPTIM_SRC_SHAMPOO_BLOCKMAP_HPP
+#define KOPTIM_SRC_SHAMPOO_BLOCKMAP_HPP
 
 #include <koptim/core/koptim_Tensor.hpp>
 #include <koptim/shampoo/koptim_Blocking.hpp>

@@ -4,8 +4,8 @@
 // then hands the call to the backend's templates reduce<T>(exec, data) and
 // gather<T>(exec, send, recv), which order it after the kernels on exec that produced the data
 // (MPI: a fence of exec; NCCL: exec's stream).
-#ifndef KOPTIM_COMM_IMPL_TYPEDCOMMUNICATOR_HPP
-#define KOPTIM_COMM_IMPL_TYPEDCOMMUNICATOR_HPP
+#ifndef KOPTIM_SRC_COMM_TYPEDCOMMUNICATOR_HPP
+#define KOPTIM_SRC_COMM_TYPEDCOMMUNICATOR_HPP
 
 #include <koptim/comm/koptim_Communicator.hpp>
 #include <koptim/core/impl/koptim_Instance.hpp>

@@ -2,8 +2,8 @@
 // torch.optim's single-tensor implementations so that koptim follows torch's trajectories.
 // Shampoo's grafting reuses the ones whose math is the same (second-moment accumulation and
 // the diagonal preconditioning G / (sqrt(A) + eps)).
-#ifndef KOPTIM_DIAGONAL_IMPL_DIAGONALMATH_HPP
-#define KOPTIM_DIAGONAL_IMPL_DIAGONALMATH_HPP
+#ifndef KOPTIM_SRC_DIAGONAL_DIAGONALMATH_HPP
+#define KOPTIM_SRC_DIAGONAL_DIAGONALMATH_HPP
 
 #include <koptim/core/impl/koptim_Math.hpp>
 

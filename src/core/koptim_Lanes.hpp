@@ -8,8 +8,8 @@
 //
 // Kokkos reduces a Lanes value through its Sum reducer: operator+= is the join (a sum for Plus, a
 // maximum for MaxNonNegative) and the default value is the identity (reduction_identity below).
-#ifndef KOPTIM_CORE_IMPL_LANES_HPP
-#define KOPTIM_CORE_IMPL_LANES_HPP
+#ifndef KOPTIM_SRC_CORE_LANES_HPP
+#define KOPTIM_SRC_CORE_LANES_HPP
 
 #include <koptim/core/koptim_Kokkos.hpp>
 #include <koptim/core/koptim_Tensor.hpp>

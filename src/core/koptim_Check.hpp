@@ -1,7 +1,7 @@
 // Argument checks at the API boundary, with messages that say which key of which optimizer
 // had which value and what is allowed.
-#ifndef KOPTIM_CORE_IMPL_CHECK_HPP
-#define KOPTIM_CORE_IMPL_CHECK_HPP
+#ifndef KOPTIM_SRC_CORE_CHECK_HPP
+#define KOPTIM_SRC_CORE_CHECK_HPP
 
 #include <koptim/core/koptim_Error.hpp>
 

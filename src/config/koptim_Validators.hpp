@@ -3,10 +3,10 @@
 // strings, a fixed-length array of reals in a range); its messages name the key, the value and
 // what is allowed. Integers are accepted (and converted) where a real is expected, since YAML
 // readers turn "0" into an int.
-#ifndef KOPTIM_CONFIG_IMPL_VALIDATORS_HPP
-#define KOPTIM_CONFIG_IMPL_VALIDATORS_HPP
+#ifndef KOPTIM_SRC_CONFIG_VALIDATORS_HPP
+#define KOPTIM_SRC_CONFIG_VALIDATORS_HPP
 
-#include <koptim/core/impl/koptim_Check.hpp>
+#include "../core/koptim_Check.hpp"
 
 #include <Teuchos_ParameterEntryValidator.hpp>
 #include <Teuchos_ParameterList.hpp>

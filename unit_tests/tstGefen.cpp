@@ -817,7 +817,7 @@ TEST(Gefen, ImportRejectsWhatDoesNotFitAndChangesNothing) {
   expect_rejected(s, "'w1/absmax' has shape (3,)");
   s                     = good;
   s.tensors["x/absmax"] = s.tensors["w1/absmax"];
-  expect_rejected(s, "tensor 'x/absmax', which belongs to no parameter");
+  expect_rejected(s, "tensor 'x/absmax', which this optimizer does not hold");
   s                         = good;
   s.integers["initialised"] = 0;
   expect_rejected(s, "(the state is not initialised)");

@@ -131,7 +131,7 @@ TEST(StateImport, RejectsWhatDoesNotFitAndChangesNothing) {
   expect_rejected(s, "'a/exp_avg' has scalar type float64, expected float32");
   s                      = good;
   s.tensors["c/exp_avg"] = s.tensors["a/exp_avg"];
-  expect_rejected(s, "tensor 'c/exp_avg', which belongs to no parameter");
+  expect_rejected(s, "tensor 'c/exp_avg', which this optimizer does not hold");
   s = good;
   s.integers.erase("step");
   expect_rejected(s, "no integer 'step'");
@@ -162,6 +162,25 @@ TEST(StateImport, RejectsScalarsTheOptimizerDoesNotHold) {
     s             = good;
     s.reals["lr"] = 0.5;
     expect_refused(s, "real 'lr'");
+    // An integer's key under the reals (and the reverse) is not the entry the optimizer holds.
+    s               = good;
+    s.reals["step"] = 1.0;
+    expect_refused(s, "real 'step', which this optimizer does not hold");
+    for (const auto& kv : good.integers) {
+      s                 = good;
+      s.reals[kv.first] = 0.0;
+      expect_refused(s, "real '" + kv.first + "', which this optimizer does not hold");
+    }
+    for (const auto& kv : good.reals) {
+      s                    = good;
+      s.integers[kv.first] = 0;
+      expect_refused(s, "integer '" + kv.first + "', which this optimizer does not hold");
+    }
+    // A tensor no parameter, slot or block has.
+    ASSERT_FALSE(good.tensors.empty()) << name;
+    s                          = good;
+    s.tensors["other/exp_avg"] = good.tensors.begin()->second;
+    expect_refused(s, "tensor 'other/exp_avg', which this optimizer does not hold");
   }
 }
 

@@ -313,7 +313,17 @@ void Optimizer::check_state(const OptimizerState& s) const {
                        " (step counters are used as doubles, exact up to 2^53)");
     }
   }
-  check_tensors(s);
+  StateKeys keys = check_entries(s);
+  keys.integers.insert({"step", "skipped_steps"});
+  auto refuse_others = [&](const auto& entries, const std::set<std::string>& held, const char* kind) {
+    for (const auto& kv : entries)
+      if (!held.count(kv.first))
+        throw StateError("koptim::" + name_ + "::import_state: the state has " + kind + " '" + kv.first +
+                         "', which this optimizer does not hold" + keys.hint);
+  };
+  refuse_others(s.integers, keys.integers, "integer");
+  refuse_others(s.reals, keys.reals, "real");
+  refuse_others(s.tensors, keys.tensors, "tensor");
 }
 
 namespace Impl {

@@ -1226,7 +1226,7 @@ void Gefen::export_tensors(OptimizerState& state) const {
   }
 }
 
-void Gefen::check_tensors(const OptimizerState& state) const {
+Optimizer::StateKeys Gefen::check_entries(const OptimizerState& state) const {
   const std::string where = "koptim::Gefen::import_state: ";
   auto fail               = [&](const std::string& what) { throw StateError(where + what); };
   auto it                 = state.integers.find("initialised");
@@ -1234,7 +1234,8 @@ void Gefen::check_tensors(const OptimizerState& state) const {
   if (it->second != 0 && it->second != 1)
     fail("integer 'initialised' = " + std::to_string(it->second) + " is not allowed; allowed: 0 or 1");
   const bool init = it->second == 1;
-  std::set<std::string> integers{"step", "skipped_steps", "initialised"};
+  StateKeys held;
+  held.integers.insert("initialised");
   // Sharded, a rank's state holds its own tensors only: say so when the sets do not match.
   std::string shard_hint;
   if (comm_) {
@@ -1260,7 +1261,7 @@ void Gefen::check_tensors(const OptimizerState& state) const {
         fail("integer '" + key + "' = " + std::to_string(part) + " is not allowed; allowed: a divisor of the " +
              std::to_string(n) + " elements of parameter '" + p.name + "'");
       }
-      integers.insert(key);
+      held.integers.insert(key);
       const Layout L                = make_layout(p.param, part, options_);
       const ScalarType T            = p.param.dtype;
       expected[p.name + "/indices"] = {ScalarType::uint8, p.param.shape, Expected::index};
@@ -1275,19 +1276,12 @@ void Gefen::check_tensors(const OptimizerState& state) const {
       }
     }
   }
-  for (const auto& kv : state.integers)
-    if (!integers.count(kv.first))
-      fail("the state has integer '" + kv.first + "', which this optimizer does not hold" +
-           (init ? shard_hint : " (the state is not initialised)"));
-  if (!state.reals.empty()) fail("the state has real '" + state.reals.begin()->first + "'; Gefen holds no reals");
-  for (const auto& kv : state.tensors)
-    if (!expected.count(kv.first))
-      fail("the state has tensor '" + kv.first + "', which belongs to no parameter and slot of this optimizer" +
-           (init ? " with these partitions and options" + shard_hint : " (the state is not initialised)"));
+  held.hint = init ? shard_hint : " (the state is not initialised)";
   for (const auto& e : expected) {
     const std::string& key = e.first;
     auto tit               = state.tensors.find(key);
     if (tit == state.tensors.end()) fail("the state has no tensor '" + key + "'" + shard_hint);
+    held.tensors.insert(key);
     const StateTensor& t = tit->second;
     if (t.dtype != e.second.dtype)
       fail("state tensor '" + key + "' has scalar type " + to_string(t.dtype) + ", expected " +
@@ -1325,6 +1319,7 @@ void Gefen::check_tensors(const OptimizerState& state) const {
       }
     }
   }
+  return held;
 }
 
 void Gefen::import_tensors(const OptimizerState& state) {

@@ -435,9 +435,9 @@ class ShampooBlocks {
   void set_instance(const ExecutionSpace& exec) { exec_ = exec; }
 
   void export_tensors(OptimizerState& s) const;
-  // Throws StateError for a missing or mis-shaped entry; counts the entries it expects.
-  // expected counts the tensors it checked; scalars receives the integers' and reals' keys.
-  void check_tensors(const OptimizerState& s, std::size_t& expected, std::set<std::string>& scalars) const;
+  // Throws StateError for a missing or mis-shaped entry; adds the keys of the entries this
+  // precision's blocks read to held.
+  void check_entries(const OptimizerState& s, Optimizer::StateKeys& held) const;
   void import_tensors(const OptimizerState& s);
 
  private:
@@ -1204,14 +1204,13 @@ void ShampooBlocks<T>::export_tensors(OptimizerState& s) const {
 }
 
 template <class T>
-void ShampooBlocks<T>::check_tensors(const OptimizerState& s, std::size_t& expected,
-                                     std::set<std::string>& scalars) const {
+void ShampooBlocks<T>::check_entries(const OptimizerState& s, Optimizer::StateKeys& held) const {
   const std::string who = "koptim::Shampoo::import_state: ";
   enum Values { finite, nonnegative, factor };
   // The exact shape (a transposed block is another block) and the values: every entry finite,
   // accumulators of squares >= 0, factors with a diagonal >= 0 (they are sums of G G^T).
   auto need = [&](const std::string& k, const std::vector<std::int64_t>& shape, Values values) {
-    ++expected;
+    held.tensors.insert(k);
     auto it = s.tensors.find(k);
     if (it == s.tensors.end()) throw StateError(who + "the state has no tensor '" + k + "'");
     const StateTensor& t = it->second;
@@ -1239,7 +1238,7 @@ void ShampooBlocks<T>::check_tensors(const OptimizerState& s, std::size_t& expec
     }
   };
   auto integer = [&](const std::string& k, std::int64_t lo, std::int64_t hi, const std::string& allowed) {
-    scalars.insert(k);
+    held.integers.insert(k);
     auto it = s.integers.find(k);
     if (it == s.integers.end()) throw StateError(who + "the state has no integer '" + k + "'");
     if (it->second < lo || it->second > hi)
@@ -1258,7 +1257,7 @@ void ShampooBlocks<T>::check_tensors(const OptimizerState& s, std::size_t& expec
     // One more than tolerated: the count a block keeps after the failure that raised the error.
     integer(k + "/failures", 0, tolerated + 1,
             "0 to num_tolerated_failed_amortized_computations + 1 = " + std::to_string(tolerated + 1));
-    scalars.insert(k + "/trace");
+    held.reals.insert(k + "/trace");
     auto tr = s.reals.find(k + "/trace");
     if (tr == s.reals.end()) throw StateError(who + "the state has no real '" + k + "/trace'");
     if (!Impl::is_finite(tr->second) || tr->second < 0.0 ||
@@ -1577,24 +1576,11 @@ void Shampoo::export_tensors(OptimizerState& s) const {
   f64_->export_tensors(s);
 }
 
-void Shampoo::check_tensors(const OptimizerState& s) const {
-  std::size_t expected = 0;
-  std::set<std::string> scalars{"step", "skipped_steps"};
-  f32_->check_tensors(s, expected, scalars);
-  f64_->check_tensors(s, expected, scalars);
-  for (const auto& kv : s.integers)
-    if (!scalars.count(kv.first))
-      throw StateError("koptim::Shampoo::import_state: the state has integer '" + kv.first +
-                       "', which this optimizer does not hold");
-  for (const auto& kv : s.reals)
-    if (!scalars.count(kv.first))
-      throw StateError("koptim::Shampoo::import_state: the state has real '" + kv.first +
-                       "', which this optimizer does not hold");
-  if (s.tensors.size() != expected) {
-    throw StateError("koptim::Shampoo::import_state: the state has " + std::to_string(s.tensors.size()) +
-                     " tensors, this optimizer expects " + std::to_string(expected) +
-                     " (an entry for a block or buffer it does not have)");
-  }
+Optimizer::StateKeys Shampoo::check_entries(const OptimizerState& s) const {
+  StateKeys held;
+  f32_->check_entries(s, held);
+  f64_->check_entries(s, held);
+  return held;
 }
 
 void Shampoo::import_tensors(const OptimizerState& s) {

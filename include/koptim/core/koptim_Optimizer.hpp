@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -121,6 +122,14 @@ class Optimizer {
   };
   virtual StatePart state_part(const std::string& key) const;
 
+  // The entries of a state that an optimizer reads besides the step counters. check_state()
+  // refuses every other integer, real or tensor, naming it, with hint appended (for instance
+  // which rank holds what).
+  struct StateKeys {
+    std::set<std::string> integers, reals, tensors;
+    std::string hint;
+  };
+
   // The communicator this optimizer's state is distributed over; null when every rank holds all
   // of it (one process, or replicated data-parallel training).
   virtual std::shared_ptr<comm::Communicator> communicator() const { return nullptr; }
@@ -139,9 +148,10 @@ class Optimizer {
   // this step.
   virtual void update(const ExecutionSpace& exec, std::int64_t t, const std::vector<double>& lrs) = 0;
   virtual void export_tensors(OptimizerState& state) const                                        = 0;
-  // Throws StateError when the state does not fit; must not change anything.
-  virtual void check_tensors(const OptimizerState& state) const = 0;
-  virtual void import_tensors(const OptimizerState& state)      = 0;
+  // Throws StateError when an entry the optimizer reads is missing or does not fit; returns the
+  // keys of those entries. Must not change anything.
+  virtual StateKeys check_entries(const OptimizerState& state) const = 0;
+  virtual void import_tensors(const OptimizerState& state)           = 0;
 
   // Optimizers that never square a gradient (SGD), or bound the growth of their state
   // themselves (Shampoo), refuse only NaN and Inf gradients.

@@ -67,7 +67,7 @@ class ElementwiseOptimizer : public Optimizer {
   virtual void update_pieces(const ExecutionSpace& exec, std::int64_t t, const std::vector<double>& lrs) = 0;
 
   void export_tensors(OptimizerState& state) const override;
-  void check_tensors(const OptimizerState& state) const override;
+  StateKeys check_entries(const OptimizerState& state) const override;
   void import_tensors(const OptimizerState& state) override;
 
  private:

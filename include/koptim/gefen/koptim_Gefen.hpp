@@ -160,7 +160,7 @@ class Gefen : public Optimizer {
   // tensors of this rank's tensors only (plus "initialised" and "codebook"); a state whose set of
   // tensors is not this rank's is rejected.
   void export_tensors(OptimizerState& state) const override;
-  void check_tensors(const OptimizerState& state) const override;
+  StateKeys check_entries(const OptimizerState& state) const override;
   void import_tensors(const OptimizerState& state) override;
 
  private:

@@ -164,7 +164,7 @@ class Shampoo : public Optimizer {
  protected:
   void update(const ExecutionSpace& exec, std::int64_t t, const std::vector<double>& lrs) override;
   void export_tensors(OptimizerState& state) const override;
-  void check_tensors(const OptimizerState& state) const override;
+  StateKeys check_entries(const OptimizerState& state) const override;
   void import_tensors(const OptimizerState& state) override;
 
  private:

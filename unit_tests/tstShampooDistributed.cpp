@@ -233,15 +233,31 @@ TEST(ShampooDistributed, AnErrorOnOneRankStopsEveryRank) {
   try {
     opt->step();
     ADD_FAILURE() << "no error on rank " << world()->rank();
-  } catch (const koptim::Error& e) {
+  } catch (const koptim::NonFiniteError& e) {  // the same type on every rank as on one
     const std::string msg = e.what();
     EXPECT_NE(msg.find("parameter 'b', block 0"), std::string::npos) << msg;
     if (world()->size() > 1) EXPECT_NE(msg.find("rank " + std::to_string(owner) + ":"), std::string::npos) << msg;
   }
+  EXPECT_EQ(opt->last_step_status().refused_parameter, "b") << "rank " << world()->rank();
   // Nothing changed on any rank.
   EXPECT_EQ(a.get(), before_a);
   EXPECT_EQ(b.get(), before_b);
   EXPECT_TRUE(opt->export_state() == state);
+
+  // Under skip_step every rank skips the step, not only the rank that holds the block.
+  l.set("nonfinite_gradient", std::string("skip_step"));
+  auto skipping    = koptim::create(params, l, world());
+  const auto fresh = skipping->export_state();
+  ASSERT_NO_THROW(skipping->step()) << "rank " << world()->rank();
+  EXPECT_TRUE(skipping->last_step_status().skipped) << "rank " << world()->rank();
+  EXPECT_EQ(skipping->last_step_status().refused_parameter, "b") << "rank " << world()->rank();
+  EXPECT_EQ(skipping->export_state().integers.at("skipped_steps"), 1);
+  EXPECT_EQ(skipping->export_state().integers.at("step"), 0);
+  EXPECT_EQ(a.get(), before_a);
+  EXPECT_EQ(b.get(), before_b);
+  auto after                      = skipping->export_state();
+  after.integers["skipped_steps"] = 0;
+  EXPECT_TRUE(after == fresh);
 }
 
 }  // namespace

@@ -245,6 +245,11 @@ void Communicator::agree_on_error(const std::string& local_error) const {
   if (failed.first >= 0) throw Error("koptim: rank " + std::to_string(failed.first) + ": " + failed.second);
 }
 
+std::pair<int, std::string> Communicator::first_error(const std::string& local_error) const {
+  Impl::ScopedRegion region("koptim::comm::Communicator::first_error");
+  return lowest_failing(mpi_comm(), rank(), size(), local_error);
+}
+
 void Communicator::agree_on_exception(std::exception_ptr local) const {
   Impl::ScopedRegion region("koptim::comm::Communicator::agree_on_exception");
   // The message travels with one leading character naming its koptim type.

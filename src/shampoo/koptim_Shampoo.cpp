@@ -1503,10 +1503,19 @@ void Shampoo::update(const ExecutionSpace& exec, std::int64_t t, const std::vect
     std::string parameter;
     error = f32_->prepare(wds, check, parameter);
     if (error.empty()) error = f64_->prepare(wds, check, parameter);
-    if (group_comm_) group_comm_->agree_on_error(error);
+    if (group_comm_) {
+      // Every rank has the same gradients but checks only its own blocks: the lowest rank that
+      // refused one tells every rank its message and parameter (a name holds no NUL byte), so
+      // that every rank skips the step or throws the same NonFiniteError.
+      const auto first = group_comm_->first_error(error.empty() ? std::string() : parameter + '\0' + error);
+      if (first.first >= 0) {
+        const std::size_t cut = first.second.find('\0');
+        parameter             = first.second.substr(0, cut);
+        error = (group_comm_->size() > 1 ? "rank " + std::to_string(first.first) + ": " : std::string()) +
+                first.second.substr(cut + 1);
+      }
+    }
     if (!error.empty()) {
-      // Every rank has the same gradients, so the rank that found the problem and the others
-      // agree on it; only that rank knows the parameter.
       step_status().refused_parameter = parameter;
       if (policy == NonFiniteGradient::skip_step) {
         step_status().skipped = true;

@@ -95,6 +95,10 @@ class Communicator {
   // If local_error is non-empty on any rank, every rank throws koptim::Error with the message
   // "koptim: rank R: <message of rank R>" for the lowest failing rank R; otherwise returns.
   void agree_on_error(const std::string& local_error) const;
+  // The lowest rank R whose local_error is non-empty and R's message, on every rank; {-1, ""}
+  // when no rank has one (one collective then). For a refusal every rank acts on alike without
+  // throwing (a step skipped on every rank).
+  std::pair<int, std::string> first_error(const std::string& local_error) const;
   // The same for an exception caught on this rank (null: none): every rank throws the lowest
   // failing rank's exception as the same koptim type (ConfigError, ShapeError, NonFiniteError,
   // StateError; anything else as Error), its message prefixed with "rank R: " when size() > 1.

@@ -161,6 +161,15 @@ TEST(Config, RejectsInconsistentOptimizerValues) {
   l.set("lr", 0.1);
   l.set("nesterov", true);
   expect_contains(config_error(l), {"nesterov = true needs momentum > 0 and dampening = 0"});
+  // Dampening without momentum does nothing (torch ignores it): refused unless at its default.
+  l.set("nesterov", false);
+  l.set("dampening", 0.25);
+  expect_contains(config_error(l), {"dampening = 0.25 would have no effect: it applies to momentum > 0"});
+  l.set("momentum", 0.9);
+  EXPECT_EQ(config_error(l), "");
+  l.set("momentum", 0.0);
+  l.set("dampening", 0.0);
+  EXPECT_EQ(config_error(l), "");
 }
 
 TEST(Config, ReadsXmlAndYamlFiles) {

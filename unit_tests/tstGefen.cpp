@@ -642,6 +642,14 @@ TEST(Gefen, ParameterList) {
   l = Teuchos::ParameterList();
   l.set("block_size", 64);
   expect_rejected(l, "unknown key 'block_size'");
+  // A partition rule written next to force_p1 would do nothing: refused; the default is accepted.
+  l = Teuchos::ParameterList();
+  l.set("force_p1", true);
+  l.set("partition_rule", std::string("variance_drop"));
+  expect_rejected(l, "partition_rule = variance_drop would have no effect: force_p1 = true");
+  l.set("partition_rule", std::string("neighbour_contrast"));
+  l.set("optimizer", std::string("Gefen"));
+  EXPECT_NO_THROW(koptim::create(m.params, l));
   // The class checks its options too (for users who build it directly).
   koptim::GefenOptions o;
   o.betas[0] = 1.0;

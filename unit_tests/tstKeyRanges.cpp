@@ -118,11 +118,17 @@ TEST(KeyRanges, EveryDocumentedRangeIsTheAcceptedRange) {
       ParameterList l;
       l.set("optimizer", name);
       if (p.path != "lr") l.set("lr", 0.01);  // SGD requires it
+      // Keys that act only with others set (refused as having no effect otherwise).
       if (p.path.rfind("qr_", 0) == 0) {
-        // Keys that act only with others set (refused as having no effect otherwise).
         l.set("eigenvalue_corrected", true);
         l.set("eigenbasis", std::string("qr"));
       }
+      if (p.path == "dampening") l.set("momentum", 0.5);
+      if (p.path.rfind("rank_", 0) == 0) {
+        l.set("pseudo_inverse", true);
+        l.set("epsilon", 0.0);
+      }
+      if (p.path == "grafting_beta2" || p.path == "grafting_epsilon") l.set("grafting", std::string("RMSProp"));
       // Schedule keys that only their type reads (refused as ignored with another type).
       if (p.path == "lr_schedule/total_steps" || p.path == "lr_schedule/min_lr_factor")
         l.sublist("lr_schedule").set("type", std::string("cosine"));

@@ -1,6 +1,7 @@
 // Shampoo: equal to its grafting method (and to torch.optim) while preconditioning has not
 // started, hand-computed preconditioned steps, blocking reports, the root methods agreeing,
 // the failure rules, configuration and state.
+#include "koptim_TestErrors.hpp"
 #include "koptim_TestTorchReference.hpp"
 
 #include <koptim/koptim.hpp>
@@ -8,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <limits>
 
 namespace {
@@ -72,7 +74,7 @@ Teuchos::ParameterList first_order(const ReferenceCase& c, const std::string& gr
   betas[1] = 1.0;
   l.set("betas", betas);
   l.set("grafting", grafting);
-  l.set("grafting_epsilon", eps);
+  if (grafting != "SGD" && grafting != "none") l.set("grafting_epsilon", eps);  // the others have none
   l.set("momentum", option(c, "momentum", 0.0));
   l.set("use_nesterov", c.options.count("nesterov") > 0);
   return l;
@@ -99,13 +101,15 @@ TEST(Shampoo, BeforePreconditioningEqualsTorchThroughGrafting) {
     }
     for (const char* name : {"sgd_plain", "sgd_momentum", "sgd_nesterov_wd"}) {
       run(torch_case(name, dtype), first_order(torch_case(name, dtype), "SGD", 0.0));
-      run(torch_case(name, dtype), first_order(torch_case(name, dtype), "none", 1e-10));
+      run(torch_case(name, dtype), first_order(torch_case(name, dtype), "none", 0.0));
     }
     // The eigenvalue-corrected variant without grafting is Adam with its own betas and epsilon.
     for (const char* name : {"adam_default", "adamw_default"}) {
       const auto& c = torch_case(name, dtype);
       auto l        = adam_like(c, c.optimizer == "AdamW" ? "decoupled" : "L2");
       l.set("grafting", std::string("none"));
+      l.remove("grafting_beta2");  // no grafting: its keys would have no effect
+      l.remove("grafting_epsilon");
       l.set("eigenvalue_corrected", true);
       Teuchos::Array<double> betas(2);
       betas[0] = 0.9;
@@ -569,6 +573,73 @@ TEST(Shampoo, RejectsBadConfiguration) {
       << error(i);
   i.set("qr_tolerance", 0.01);  // the default, written out: harmless
   koptim::create(params, i);
+}
+
+// A key that the other keys make irrelevant would be ignored: refused naming it and the key it
+// depends on, unless it holds its default (a printed default list reads back); with the key it
+// depends on set as it needs, it is accepted.
+TEST(Shampoo, RefusesKeysThatWouldHaveNoEffect) {
+  Kokkos::View<float**> W("W", 4, 3), G("G", 4, 3);
+  koptim::ParameterSet params;
+  params.add("w", W, G);
+  using List = Teuchos::ParameterList;
+  struct Case {
+    std::function<void(List&)> set;      // the key that would do nothing
+    std::function<void(List&)> context;  // what makes it act
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {[](List& l) { l.set("rank_rtol", 1e-6); }, [](List& l) { l.set("pseudo_inverse", true), l.set("epsilon", 0.0); },
+       "rank_rtol = 1e-06 and rank_atol = 0 would have no effect: they apply to pseudo_inverse = true"},
+      {[](List& l) { l.set("rank_atol", 1e-9); }, [](List& l) { l.set("pseudo_inverse", true), l.set("epsilon", 0.0); },
+       "rank_rtol = 0 and rank_atol = 1e-09 would have no effect"},
+      {[](List& l) { l.set("grafting_beta2", 0.95); }, [](List& l) { l.set("grafting", std::string("RMSProp")); },
+       "grafting_beta2 = 0.95 would have no effect: it applies to grafting = RMSProp or Adam (grafting is none)"},
+      {[](List& l) { l.set("grafting_epsilon", 1e-8); }, [](List& l) { l.set("grafting", std::string("AdaGrad")); },
+       "grafting_epsilon = 1e-08 would have no effect: it applies to grafting = AdaGrad, RMSProp or Adam"},
+      {[](List& l) { l.set("dampening", 0.1); }, [](List& l) { l.set("momentum", 0.9); },
+       "dampening = 0.1 would have no effect: it applies to momentum > 0"},
+      {[](List& l) {
+         Teuchos::Array<double> betas(2);
+         betas[0] = 0.0, betas[1] = 1.0;
+         l.set("betas", betas), l.set("beta3", 0.5);
+       },
+       [](List& l) {
+         Teuchos::Array<double> betas(2);
+         betas[0] = 0.9, betas[1] = 1.0;
+         l.set("betas", betas);
+       },
+       "beta3 = 0.5 would have no effect: with betas[0] = 0 the gradient is not filtered"},
+      {[](List& l) { l.set("eigenvalue_corrected", true), l.set("root_method", std::string("coupled_newton")); },
+       [](List& l) { l.set("eigenvalue_corrected", false); },
+       "root_method = coupled_newton would have no effect: eigenvalue_corrected = true computes eigenbases"},
+      {[](List& l) { l.set("eigenvalue_corrected", true), l.set("pseudo_inverse", true), l.set("epsilon", 0.0); },
+       [](List& l) { l.set("eigenvalue_corrected", false); },
+       "pseudo_inverse = true would have no effect: eigenvalue_corrected = true computes eigenbases"},
+      {[](List& l) {
+         l.set("eigenvalue_corrected", true);
+         l.sublist("inverse_exponent_override").set("order_2", 0.5);
+       },
+       [](List& l) { l.set("eigenvalue_corrected", false); },
+       "inverse_exponent_override would have no effect: eigenvalue_corrected = true computes eigenbases"},
+  };
+  for (const auto& c : cases) {
+    List l;
+    l.set("optimizer", std::string("Shampoo"));
+    c.set(l);
+    koptim_test::expect_error<koptim::ConfigError>([&] { koptim::create(params, l); }, {c.message});
+    c.context(l);
+    EXPECT_NO_THROW(koptim::create(params, l)) << c.message;
+  }
+  // The defaults written out are accepted whatever the other keys say.
+  List d;
+  d.set("optimizer", std::string("Shampoo"));
+  d.set("eigenvalue_corrected", true);
+  for (const char* k : {"rank_rtol", "rank_atol", "dampening"}) d.set(k, 0.0);
+  d.set("grafting_epsilon", 1e-10);
+  d.set("root_method", std::string("eigen"));
+  d.set("pseudo_inverse", false);
+  EXPECT_NO_THROW(koptim::create(params, d));
 }
 
 // eigenbasis = qr: the first refresh is exact (no QR counted), the later ones warm-started; the

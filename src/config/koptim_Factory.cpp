@@ -45,8 +45,11 @@ struct Entry {
   std::function<std::unique_ptr<Optimizer>(const ParameterSet&, const CommonOptions&, const ParameterList&,
                                            std::shared_ptr<comm::Communicator>)>
       build;
-  // A sublist whose keys follow a pattern rather than a fixed list (checked by build()).
+  // A sublist whose keys follow a pattern rather than a fixed list (checked by build()), and its
+  // row of the parameter reference: the keys' forms and what their values may be.
   std::string pattern_sublist = "";
+  std::string pattern_keys    = "";
+  std::string pattern_allowed = "";
 };
 
 template <class T>
@@ -208,16 +211,20 @@ const std::vector<Entry>& entries() {
        [](ParameterList& l) {
          add_common(l, 1e-2, 0.0, "Weight decay, applied as weight_decay_type says");
          Impl::add_option_keys(l, ShampooOptions{});
-         l.sublist("inverse_exponent_override", false,
-                   "Exponent a of X = L^-a: keys order_K (every dimension of blocks of order K) or order_K_dim_J (one "
-                   "dimension), values >= 0; 0 leaves the dimension unpreconditioned. Default a = 1/(2 max(K, 1)).");
+         l.sublist(
+             "inverse_exponent_override", false,
+             "Exponent a of X = L^-a: keys order_K (every dimension of blocks of order K) or order_K_dim_J (one "
+             "dimension), values >= 0; 0 leaves the dimension unpreconditioned. Default a = 1/(2 max(K, 1)). Not with "
+             "eigenvalue_corrected, which computes no inverse roots.");
        },
        {},
        [](const ParameterSet& p, const CommonOptions& c, const ParameterList& l,
           std::shared_ptr<comm::Communicator> comm) -> std::unique_ptr<Optimizer> {
          return std::make_unique<Shampoo>(p, c, shampoo_options(l), std::move(comm));
        },
-       "inverse_exponent_override"},
+       "inverse_exponent_override",
+       "order_K, order_K_dim_J",
+       R::shampoo::inverse_exponent.text(false)},
       {"Gefen",
        "Gefen: AdamW with a shared second moment per automatic block and an 8-bit momentum with a learned codebook "
        "(about 1 byte of state per parameter).",
@@ -452,7 +459,16 @@ void print_parameter_reference(std::ostream& out) {
   for (const auto& e : entries()) {
     out << "## " << e.name << "\n\n" << e.summary << "\n\n";
     out << "| key | type | default | allowed | meaning |\n|---|---|---|---|---|\n";
-    table(*valid_parameters(e.name), "");
+    const auto valid = valid_parameters(e.name);
+    table(*valid, "");
+    if (!e.pattern_sublist.empty()) {
+      std::string keys;
+      std::istringstream forms(e.pattern_keys);
+      for (std::string k; std::getline(forms >> std::ws, k, ',');)
+        keys += (keys.empty() ? "`" : ", `") + e.pattern_sublist + "/" + k + "`";
+      out << "| " << keys << " | double | none | " << e.pattern_allowed << " | "
+          << valid->getEntry(e.pattern_sublist).docString() << " |\n";
+    }
     out << "\n";
   }
 }

@@ -16,7 +16,9 @@ template <class O, class V, Impl::OptionsOf<O, SGDOptions> = 0>
 void visit_keys(O& o, V& v) {
   namespace R = Impl::ranges::sgd;
   v.real("momentum", o.momentum, "Momentum factor mu.", R::momentum);
-  v.real("dampening", o.dampening, "Dampening d of the momentum: B <- mu B + (1 - d) G.", R::dampening);
+  v.real("dampening", o.dampening,
+         "Dampening d of the momentum: B <- mu B + (1 - d) G (with momentum 0 only the default is accepted).",
+         R::dampening);
   v.boolean("nesterov", o.nesterov, "Nesterov momentum (needs momentum > 0 and dampening = 0).");
 }
 

@@ -986,6 +986,11 @@ Gefen::Gefen(ParameterSet params, CommonOptions common, GefenOptions options, st
     sharing_->f64 = whole_tensors<double>(ps, owner_, rank_, comm_->size());
   }
   Impl::check_option_ranges(name(), options_);
+  // A value written must act or be refused: with force_p1 no partition is searched.
+  if (options_.force_p1 && options_.partition_rule != GefenOptions{}.partition_rule) {
+    throw ConfigError(std::string("koptim::Gefen: partition_rule = ") + to_string(options_.partition_rule) +
+                      " would have no effect: force_p1 = true gives every tensor p = 1 without a partition search");
+  }
 }
 
 Gefen::~Gefen() = default;

@@ -15,7 +15,7 @@ void visit_keys(O& o, V& v) {
   v.real("eps", o.eps, "Added to the denominator sqrt(v_hat), as AdamW.", R::eps);
   v.choice("partition_rule", o.partition_rule,
            "Expert: the rule that picks each tensor's block size p from the first gradients: neighbour_contrast "
-           "(default) or variance_drop (gefen 1.1.1).");
+           "(default) or variance_drop (gefen 1.1.1); with force_p1 only the default is accepted.");
   v.choice("p1_second_moment", o.p1_second_moment,
            "Expert: second moment of tensors with p = 1: factored (row/column estimate for tensors of 2+ dimensions "
            "and >= 4096 elements, per element otherwise) or full (per element, as the reference).");

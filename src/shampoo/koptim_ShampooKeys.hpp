@@ -16,11 +16,14 @@ void visit_keys(O& o, V& v) {
   v.real_pair("betas", o.betas,
               "(b1, b2): b1 filters the gradient (0: no filtering), b2 weighs the factor matrices (1: sum).", R::beta1,
               R::beta2);
-  v.optional_real("beta3", o.beta3, "Filter of the gradient fed to the preconditioner.", R::beta3, "beta3 = betas[0]");
+  v.optional_real("beta3", o.beta3,
+                  "Filter of the gradient fed to the preconditioner (not with betas[0] = 0, which filters nothing).",
+                  R::beta3, "beta3 = betas[0]");
   v.real("epsilon", o.epsilon,
          "Added to the factors before the inverse root (and the eigenvalue-corrected denominator).", R::epsilon);
   v.real("momentum", o.momentum, "Classic momentum mu applied to the preconditioned direction.", R::momentum);
-  v.real("dampening", o.dampening, "Dampening d of the momentum.", R::dampening);
+  v.real("dampening", o.dampening, "Dampening d of the momentum (with momentum 0 only the default is accepted).",
+         R::dampening);
   v.boolean("use_nesterov", o.use_nesterov, "Nesterov momentum (needs momentum > 0).");
   v.choice("weight_decay_type", o.weight_decay_type,
            "L2 (added to the gradient), decoupled (weight_decay W added to the direction), corrected "
@@ -37,23 +40,29 @@ void visit_keys(O& o, V& v) {
                      R::start_preconditioning_step, "precondition_frequency");
   v.boolean("use_bias_correction", o.use_bias_correction, "Bias-correct the filtered gradient and the factors.");
   v.choice("grafting", o.grafting, "Grafting method giving each block's step size.");
-  v.optional_real("grafting_beta2", o.grafting_beta2, "Second-moment decay of RMSProp/Adam grafting.",
-                  R::grafting_beta2, "0.99 for RMSProp, 0.999 for Adam");
-  v.real("grafting_epsilon", o.grafting_epsilon, "Epsilon of the grafting method.", R::grafting_epsilon);
+  v.optional_real("grafting_beta2", o.grafting_beta2,
+                  "Second-moment decay of RMSProp/Adam grafting (set only with those).", R::grafting_beta2,
+                  "0.99 for RMSProp, 0.999 for Adam");
+  v.real("grafting_epsilon", o.grafting_epsilon,
+         "Epsilon of AdaGrad/RMSProp/Adam grafting (with another grafting only the default is accepted).",
+         R::grafting_epsilon);
   v.boolean("eigenvalue_corrected", o.eigenvalue_corrected,
             "Eigenvalue-corrected Shampoo (SOAP-like): Adam-style second moment in the factors' eigenbasis.");
   v.choice("eigenbasis", o.eigenbasis,
            "Eigenvalue-corrected: how the eigenbases are refreshed: eigh (an exact eigendecomposition each time) "
            "or qr (SOAP's: exact the first time, then from the previous eigenvectors by orthogonal iteration, "
-           "QR steps while the basis is off by more than qr_tolerance).");
-  v.integer("qr_max_iterations", o.qr_max_iterations, "eigenbasis = qr: QR steps per refresh at most.",
+           "QR steps while the basis is off by more than qr_tolerance); qr needs eigenvalue_corrected = true.");
+  v.integer("qr_max_iterations", o.qr_max_iterations,
+            "eigenbasis = qr: QR steps per refresh at most (with another eigenbasis only the default is accepted).",
             R::qr_max_iterations);
   v.real("qr_tolerance", o.qr_tolerance,
          "eigenbasis = qr: a basis V counts as converged when the Frobenius norm of the off-diagonal part of "
          "B = V^T L V is at most qr_tolerance times that of B (L the factor); 0: every refresh takes "
-         "qr_max_iterations steps.",
+         "qr_max_iterations steps. With another eigenbasis only the default is accepted.",
          R::qr_tolerance);
-  v.choice("root_method", o.root_method, "Inverse roots by symmetric eigendecomposition or coupled Newton.");
+  v.choice("root_method", o.root_method,
+           "Inverse roots by symmetric eigendecomposition or coupled Newton (not eigenvalue_corrected, which computes "
+           "no roots: only the default is accepted there).");
   v.choice("eigensolver", o.eigensolver,
            "automatic (LAPACK for host memory, batched Jacobi otherwise), lapack or jacobi; lapack with device "
            "memory: the eigendecompositions (of the inverse roots and of eigenvalue_corrected's eigenbases) by "
@@ -61,8 +70,11 @@ void visit_keys(O& o, V& v) {
            "else by LAPACK on host copies; for "
            "eigenbasis = qr, the refresh runs in LAPACK for host memory unless jacobi is chosen, in a Kokkos "
            "kernel otherwise.");
-  v.boolean("pseudo_inverse", o.pseudo_inverse, "Pseudo-inverse roots of rank-deficient factors (needs epsilon = 0).");
-  v.real("rank_rtol", o.rank_rtol, "Pseudo-inverse: eigenvalues <= max(rank_rtol lambda_max, rank_atol) count as zero.",
+  v.boolean("pseudo_inverse", o.pseudo_inverse,
+            "Pseudo-inverse roots of rank-deficient factors (needs epsilon = 0; not with eigenvalue_corrected).");
+  v.real("rank_rtol", o.rank_rtol,
+         "Pseudo-inverse: eigenvalues <= max(rank_rtol lambda_max, rank_atol) count as zero (without pseudo_inverse "
+         "only the default is accepted).",
          R::rank_rtol);
   v.real("rank_atol", o.rank_atol, "Pseudo-inverse: see rank_rtol.", R::rank_atol);
   v.integer("num_tolerated_failed_amortized_computations", o.num_tolerated_failed_amortized_computations,

@@ -837,4 +837,25 @@ TEST(MatrixRoot, RejectsBadInput) {
   expect_error<koptim::ShapeError>([&] { inverse_root(L2, X2, 0.5); }, "L is 3 x 3 and X is 4 x 4");
 }
 
+// The host side of a computation that goes through the host (LAPACK on host copies): the View's
+// own memory where the host can read it, else a host buffer kept from one call to the next, so
+// that only the first amortized computation allocates.
+TEST(RootWorkspace, HostMirrorIsKeptFromOneCallToTheNext) {
+  koptim::linalg::RootWorkspace<koptim::MemorySpace> ws;
+  const auto v     = ws.template batch<float>("koptim::test::batch", 3, 4, 5);
+  const auto h1    = ws.host_mirror("koptim::test::batch/host", v);
+  const auto bytes = ws.bytes();
+  const auto h2    = ws.host_mirror("koptim::test::batch/host", v);
+  EXPECT_EQ(h1.data(), h2.data());
+  EXPECT_EQ(ws.bytes(), bytes);
+  EXPECT_EQ(h1.extent(0), 3u);
+  EXPECT_EQ(h1.extent(1), 4u);
+  EXPECT_EQ(h1.extent(2), 5u);
+  if (Kokkos::SpaceAccessibility<Kokkos::HostSpace, koptim::MemorySpace>::accessible) {
+    EXPECT_EQ(static_cast<const void*>(h1.data()), static_cast<const void*>(v.data()));
+  } else {
+    EXPECT_GE(ws.bytes(), 2 * 60 * sizeof(float));  // the device batch and its host buffer
+  }
+}
+
 }  // namespace

@@ -1158,7 +1158,7 @@ void Gefen::initialise(const ExecutionSpace& exec) {
     fresh->set_codebook(cb, has_double_tensors(ps));
     fresh->build_step_tables(ps, [&](std::size_t i) { return mine(i); });
   });
-  ExecutionSpace().fence();
+  Impl::fence(ExecutionSpace(), "koptim::Gefen: the state initialised");
   state_ = std::move(fresh);
 }
 

@@ -956,7 +956,7 @@ void ShampooBlocks<T>::amortized(std::int64_t t) {
         linalg::QrRefreshOptions qo;
         qo.max_iterations = o_.qr_max_iterations;
         qo.tolerance      = o_.qr_tolerance;
-        auto hi           = Kokkos::create_mirror_view(Kokkos::HostSpace(), info);
+        const auto hi     = ws.host_mirror("koptim::Shampoo::eigh_info/host", info);
         std::vector<int> qr_steps(m);
         const Kokkos::View<int*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> steps(qr_steps.data(), m);
         if (team_qr) {
@@ -966,8 +966,8 @@ void ShampooBlocks<T>::amortized(std::int64_t t) {
           Impl::fence(exec_, "koptim::Shampoo: the QR refresh's outcome to the host");
         } else {
           // Host mirrors (the same memory when it is the host's), copied on exec_: no global fence.
-          auto Lh = Kokkos::create_mirror_view(Kokkos::HostSpace(), Lhat);
-          auto Xh = Kokkos::create_mirror_view(Kokkos::HostSpace(), s.X);
+          const auto Lh = ws.host_mirror("koptim::Shampoo::bias_corrected/host", Lhat);
+          const auto Xh = ws.host_mirror("koptim::Shampoo::eigenvectors/host", s.X);
           Kokkos::deep_copy(exec_, Lh, Lhat);
           Kokkos::deep_copy(exec_, Xh, s.X);
           Impl::fence(exec_, "koptim::Shampoo: the factors to LAPACK");
@@ -983,15 +983,15 @@ void ShampooBlocks<T>::amortized(std::int64_t t) {
         // rows of Lhat). Else LAPACK, on host memory: device factors go through host mirrors (a
         // no-op copy-free alias when the memory is already host-accessible).
         if (linalg::Impl::cusolver_eigh_batch(exec_, ws, Lhat, w, info, false)) {
-          auto hi = Kokkos::create_mirror_view(Kokkos::HostSpace(), info);
+          const auto hi = ws.host_mirror("koptim::Shampoo::eigh_info/host", info);
           take_eigenvectors(exec_, s.X, Lhat, info, true);
           Kokkos::deep_copy(exec_, hi, info);
           Impl::fence(exec_, "koptim::Shampoo: the eigensolver's outcome to the host");
           take_status(hi);
         } else {
-          auto Lh = Kokkos::create_mirror_view(Kokkos::HostSpace(), Lhat);
-          auto wh = Kokkos::create_mirror_view(Kokkos::HostSpace(), w);
-          auto hi = Kokkos::create_mirror_view(Kokkos::HostSpace(), info);
+          const auto Lh = ws.host_mirror("koptim::Shampoo::bias_corrected/host", Lhat);
+          const auto wh = ws.host_mirror("koptim::Shampoo::eigenvalues/host", w);
+          const auto hi = ws.host_mirror("koptim::Shampoo::eigh_info/host", info);
           Kokkos::deep_copy(exec_, Lh, Lhat);
           Impl::fence(exec_, "koptim::Shampoo: the factors to LAPACK");
           linalg::batched_eigh_lapack(Impl::host_instance(exec_), Lh, wh, hi);
@@ -1004,7 +1004,7 @@ void ShampooBlocks<T>::amortized(std::int64_t t) {
         const auto V      = ws.template batch<T>("koptim::Shampoo::eigenvectors", m, n, n, true, exec_);
         const auto sweeps = ws.template vector<int>("koptim::Shampoo::sweeps", m, true, exec_);
         linalg::batched_eigh_jacobi(exec_, Lhat, w, V, info, sweeps);
-        auto hi = Kokkos::create_mirror_view(Kokkos::HostSpace(), info);
+        const auto hi = ws.host_mirror("koptim::Shampoo::eigh_info/host", info);
         Kokkos::deep_copy(exec_, hi, info);
         Impl::fence(exec_, "koptim::Shampoo: the eigensolver's outcome to the host");
         take_status(hi);

@@ -4,6 +4,7 @@
 #ifndef KOPTIM_CORE_OPTIMIZERSTATE_HPP
 #define KOPTIM_CORE_OPTIMIZERSTATE_HPP
 
+#include <koptim/core/impl/koptim_Instance.hpp>
 #include <koptim/core/koptim_Tensor.hpp>
 
 #include <cstdint>
@@ -66,7 +67,7 @@ void set_bytes(StateTensor& t, const Kokkos::View<T*, P...>& v) {
   using Space = typename Kokkos::View<T*, P...>::memory_space;
   t.borrowed  = nullptr;
   if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, Space>::accessible) {
-    Kokkos::fence();  // the kernels that wrote v
+    Impl::fence_all("koptim::OptimizerState: before reading a state tensor");  // the kernels that wrote v
     const auto* p = reinterpret_cast<const unsigned char*>(v.data());
     if (BorrowState::active() && v.size() > 0) {
       t.data.clear();

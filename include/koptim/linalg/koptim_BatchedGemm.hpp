@@ -281,19 +281,16 @@ class ProductPlan {
   void run_host_stage(const ExecutionSpace& exec, const std::vector<std::size_t>& stage, T alpha, T beta) const {
     if (stage.empty()) return;
     host_blas_fence(exec, "before a stage of products");  // kernels wrote the inputs
-    const Product* const p       = products_.data();
-    const std::size_t* const idx = stage.data();
-    Kokkos::parallel_for("koptim::linalg::products",
-                         Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace, Kokkos::Schedule<Kokkos::Dynamic>>(
-                             koptim::Impl::host_instance(exec), 0, stage.size()),
-                         [=](const std::size_t i) {
-                           const Product& q = p[idx[i]];
-                           if (q.kind == Product::gram)
-                             host_gram_of_unfolding<T>(q.in, q.shape, q.j, alpha, beta, q.out);
-                           else
-                             host_mode_product<T>(q.in, q.shape, q.j, q.a, q.trans, q.out);
-                         });
-    host_blas_fence(exec, "after a stage of products");  // before kernels read the results
+    // The products at once on the host threads; host_batch fences them before kernels read the
+    // results, and carries an exception of one product out of the parallel region.
+    koptim::Impl::host_batch(koptim::Impl::host_instance(exec), "koptim::linalg::products", stage.size(),
+                             [&](const std::size_t i) {
+                               const Product& q = products_[stage[i]];
+                               if (q.kind == Product::gram)
+                                 host_gram_of_unfolding<T>(q.in, q.shape, q.j, alpha, beta, q.out);
+                               else
+                                 host_mode_product<T>(q.in, q.shape, q.j, q.a, q.trans, q.out);
+                             });
   }
 
   struct Group {

@@ -45,9 +45,9 @@ void gemm(const ExecSpace& space, const char ta[], const char tb[], typename AVi
 #if defined(KOKKOSKERNELS_VERSION) && KOKKOSKERNELS_VERSION >= 40100
   KokkosBlas::gemm(space, ta, tb, alpha, A, B, beta, C);
 #else
-  space.fence();
+  koptim::Impl::fence(space, "koptim::linalg::gemm: before the default instance's GEMM");
   KokkosBlas::gemm(ta, tb, alpha, A, B, beta, C);
-  ExecSpace().fence();
+  koptim::Impl::fence(ExecSpace(), "koptim::linalg::gemm: after the default instance's GEMM");
 #endif
 }
 

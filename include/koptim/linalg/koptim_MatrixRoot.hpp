@@ -135,10 +135,35 @@ class RootWorkspace {
                  const Space& space = Space()) {
     return fill(Batch<T>(static_cast<T*>(storage<T>(label, m * n * k)), m, n, k), zero, space);
   }
-  // Bytes held.
+  // Where the host reads and writes a View v of this memory space (a host copy, LAPACK's input):
+  // v's own memory when the host can access it (the copies to and from it are then no-ops), else
+  // a host buffer of the workspace (one per label, kept like the others), so that a computation
+  // that goes through the host allocates nothing after its first run.
+  template <class V>
+  using HostView = Kokkos::View<typename V::non_const_data_type, typename V::array_layout, Kokkos::HostSpace,
+                                Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  template <class V>
+  HostView<V> host_mirror(const std::string& label, const V& v) {
+    using T = typename V::non_const_value_type;
+    if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename V::memory_space>::accessible) {
+      (void)label;
+      return HostView<V>(const_cast<T*>(v.data()), v.layout());
+    } else {
+      auto& buf                = host_buffers_[label + "/" + std::to_string(sizeof(T))];
+      const std::size_t needed = std::max<std::size_t>(v.span() * sizeof(T), 1);
+      if (buf.extent(0) < needed) {
+        buf = Kokkos::View<unsigned char*, Kokkos::HostSpace>();
+        buf = Kokkos::View<unsigned char*, Kokkos::HostSpace>(Kokkos::view_alloc(Kokkos::WithoutInitializing, label),
+                                                              needed);
+      }
+      return HostView<V>(reinterpret_cast<T*>(buf.data()), v.layout());
+    }
+  }
+  // Bytes held (device and host buffers).
   std::size_t bytes() const {
     std::size_t b = 0;
     for (const auto& kv : buffers_) b += kv.second.extent(0);
+    for (const auto& kv : host_buffers_) b += kv.second.extent(0);
     return b;
   }
 
@@ -161,6 +186,7 @@ class RootWorkspace {
     return buf.data();
   }
   std::map<std::string, Kokkos::View<unsigned char*, MemorySpace>> buffers_;
+  std::map<std::string, Kokkos::View<unsigned char*, Kokkos::HostSpace>> host_buffers_;
 };
 
 namespace Impl {
@@ -194,7 +220,7 @@ std::vector<int> to_host_vector(const ExecSpace& space, const ViewType& d) {
   std::vector<V> h(d.extent(0));
   Kokkos::deep_copy(
       space, Kokkos::View<V*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(h.data(), h.size()), d);
-  space.fence();
+  koptim::Impl::fence(space, "koptim::linalg: integers to the host");
   return std::vector<int>(h.begin(), h.end());
 }
 
@@ -524,12 +550,14 @@ EigenOutcome eigen_roots(const ExecSpace& space, RootWorkspace<typename LView::m
     out.sweeps.assign(m, 0);
   } else if (use_lapack) {
     Impl::check_lapack_order(static_cast<std::size_t>(n), "koptim::linalg::eigen_roots");
-    // Host-accessible memory is used in place; device memory goes through host mirrors.
-    auto Wh = Kokkos::create_mirror_view(W);
-    auto Eh = Kokkos::create_mirror_view(E);
-    auto Ih = Kokkos::create_mirror_view(info);
+    // Host-accessible memory is used in place; device memory goes through the workspace's host
+    // buffers.
+    const auto Wh = ws.host_mirror("koptim::linalg::eigen_matrices/host", W);
+    const auto Eh = ws.host_mirror("koptim::linalg::eigen_values/host", E);
+    const auto Ih = ws.host_mirror("koptim::linalg::eigen_info/host", info);
     Kokkos::deep_copy(space, Wh, W);
-    space.fence();  // LAPACK reads Wh on the host
+    koptim::Impl::fence(
+        space, "koptim::linalg::eigen_roots: the matrices to the host for LAPACK");  // LAPACK reads Wh on the host
     // Each matrix goes to LAPACK as the column-major matrix its memory also holds (the same
     // matrix, being symmetric), so that the eigenvectors come back as columns of that storage,
     // i.e. as rows of W, and need no transposition (a strided pass over n^2 entries). The
@@ -740,7 +768,7 @@ std::vector<RootInfo> newton_roots(const ExecSpace& space, RootWorkspace<typenam
         });
     std::vector<double> fro2_h(c), err_h(c);
     Kokkos::deep_copy(space, HostDoubles(fro2_h.data(), c), fro2);
-    space.fence();
+    koptim::Impl::fence(space, "koptim::linalg::newton_roots: the norms to the host");
     std::vector<NewtonScalars<T>> sc(c);
     std::vector<int> running(c, 0);
     for (int g = 0; g < c; ++g) {
@@ -832,7 +860,7 @@ std::vector<RootInfo> newton_roots(const ExecSpace& space, RootWorkspace<typenam
             });
           });
       Kokkos::deep_copy(space, HostDoubles(err_h.data(), c), err);
-      space.fence();
+      koptim::Impl::fence(space, "koptim::linalg::newton_roots: the errors to the host");
       for (int g = 0; g < c; ++g) {
         if (!running[g]) continue;
         const double e = err_h[g] < 0.0 ? std::numeric_limits<double>::infinity() : err_h[g];
@@ -922,7 +950,7 @@ std::vector<RootInfo> newton_roots(const ExecSpace& space, RootWorkspace<typenam
       write_finite_roots(space, X, Yk, idx, flags[k]);
       Kokkos::deep_copy(space, HostInts(from[k].data(), c), flags[k]);
     }
-    space.fence();
+    koptim::Impl::fence(space, "koptim::linalg::newton_roots: the roots written");
     for (int g = 0; g < c; ++g)
       if (ok[g] != 0 && from[parity[g]][g] == 0)  // a finite iteration whose X is not finite
         results[first + g].status = RootStatus::nonfinite_output;
@@ -1102,7 +1130,7 @@ std::vector<RootInfo> batched_inverse_root(const ExecSpace& space, const LView& 
       }
     }
   }
-  space.fence();
+  koptim::Impl::fence(space, "koptim::linalg::batched_inverse_root: the roots written");
   return results;
 }
 
@@ -1148,7 +1176,7 @@ RootInfo inverse_root(const LView& L, const XView& X, double exponent, const Inv
     Kokkos::parallel_for(
         "koptim::linalg::inverse_root_out", Kokkos::RangePolicy<ExecSpace>(0, ni * ni),
         KOKKOS_LAMBDA(const int t) { X(t / ni, t % ni) = X3(0, t / ni, t % ni); });
-    ExecSpace().fence();
+    koptim::Impl::fence(ExecSpace(), "koptim::linalg::inverse_root: the root written");
   }
   return res[0];
 }

@@ -40,6 +40,16 @@ void fence(const Space& exec, const std::string& name) {
 #endif
 }
 
+// Kokkos::fence() (every instance), named where Kokkos takes a name.
+inline void fence_all(const std::string& name) {
+#if KOKKOS_VERSION >= 30500
+  Kokkos::fence(name);
+#else
+  (void)name;
+  Kokkos::fence();
+#endif
+}
+
 // f(i) for every i in [0, m) of a batch of host work (host BLAS or LAPACK calls of unequal cost,
 // each item with its own workspace): concurrently on the threads of the host instance `host`,
 // dynamic schedule, then a fence of it before anything reads the results (named

@@ -361,9 +361,11 @@ class LaunchCounter {
 // update one per parameter group), in every form of the step (Path), and so are the products:
 // a stage of host BLAS calls, or a batched GEMM per shape (the portable kernel, as on a GPU),
 // for the factor updates, the preconditioning, the roots' reconstruction and the coupled Newton
-// iteration's products (a step of products per iteration). Every launch counts. Gefen: one kernel per
-// scalar type and parameter group over every block of every kind, and three for the factors of
-// all factored tensors. The coupled Newton root iteration: a few kernels per iteration over all
+// iteration's products (a step of products per iteration). Every launch counts. Gefen: per scalar
+// type and parameter group, three kernels for the factors of its factored tensors and one over
+// every block of every kind; on host backends the factored tensors go in waves of about 256 KiB of
+// gradient per thread (cache reuse), four kernels a wave, so a wider model adds exactly 4 launches
+// per added wave; on a GPU a group is one wave. The coupled Newton root iteration: a few kernels per iteration over all
 // the factors of its batch, as many iterations as its slowest factor needs, which depends on the
 // factors' values: held to within 10% (a kernel per factor would triple the count).
 TEST(SteadyState, LaunchesDoNotGrowWithTheBlocks) {

@@ -143,8 +143,9 @@ class Gefen : public Optimizer {
   std::vector<float> codebook() const;
 
   // Indices, absmax scales and second moments of every tensor (sharded: of this rank's
-  // tensors), plus the codebook (1024 bytes) and its lookup table (16386 bytes for a learned
-  // codebook), which every rank holds, once initialised; 0 before the first step.
+  // tensors), plus the codebook (1024 bytes) and its lookup tables (32772 bytes for a learned
+  // codebook, and 256 thresholds: 1024 bytes in float, 2048 more when a tensor is double), which
+  // every rank holds, once initialised; 0 before the first step.
   std::size_t state_bytes() const override;
   // Sharded: a tensor's entries ("<name>/...") are kept by its owner alone.
   StatePart state_part(const std::string& key) const override;

@@ -143,6 +143,19 @@ TEST(Checkpoint, ReportsGroupChangesAndRefusesChangesWhenAsked) {
   EXPECT_EQ(koptim::io::load_checkpoint(path, *sharded, strict).configuration_changes,
             std::vector<std::string>{"shard_state: false in the checkpoint, true now"});
   EXPECT_EQ(sharded->step_count(), 3);
+  // An optimizer built from option structs has no parameter list: strict loading cannot compare
+  // the keys, and refuses rather than pass them unchecked.
+  if (world()->size() == 1) {
+    CheckpointModel f;
+    koptim::CommonOptions common;
+    common.lr = 0.02;
+    koptim::AdamW from_structs(f.params, common, koptim::AdamOptions{});
+    const auto before = from_structs.export_state();
+    expect_error<koptim::ConfigError>([&] { koptim::io::load_checkpoint(path, from_structs, strict); },
+                                      {"allow_configuration_changes is false", "built from option structs"});
+    EXPECT_TRUE(before == from_structs.export_state());
+    EXPECT_NO_THROW(koptim::io::load_checkpoint(path, from_structs, load_options()));
+  }
 }
 
 // A free function: CUDA refuses extended lambdas in a TEST body (a private member function).

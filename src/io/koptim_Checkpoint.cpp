@@ -1394,6 +1394,12 @@ LoadReport load_checkpoint(const std::string& path, Optimizer& opt, const LoadOp
     changes.insert(changes.end(), group_changes.begin(), group_changes.end());
     report.configuration_changes = changes;
     if (!options.allow_configuration_changes) {
+      // Without both parameter lists the keys cannot be compared: refused rather than passed.
+      if (saved_xml.empty() || opt.configuration().empty())
+        throw ConfigError(where + "LoadOptions::allow_configuration_changes is false, and " +
+                          (opt.configuration().empty() ? std::string("this optimizer was")
+                                                       : std::string("the checkpoint's optimizer was")) +
+                          " built from option structs, not by koptim::create: it has no parameter list to compare");
       // Keys that only place the work on the ranks (the results are bitwise those of one
       // process) may differ: a run written on N ranks continues on M.
       static const std::set<std::string> placement{"shard_state", "distributed_cost_model", "num_trainers_per_group"};

@@ -77,7 +77,9 @@ struct LoadOptions {
   // group's lr or weight_decay) is refused with ConfigError naming the changes, nothing changed;
   // for resuming a run that must continue exactly as it was. The keys that only place the work on
   // the ranks (shard_state, distributed_cost_model, num_trainers_per_group: the results are
-  // bitwise those of one process) may still differ, so that a run continues on other ranks.
+  // bitwise those of one process) may still differ, so that a run continues on other ranks. The
+  // keys are compared only between optimizers built by koptim::create (one built from option
+  // structs has no parameter list): false with such an optimizer on either side is refused.
   bool allow_configuration_changes = true;
 };
 

@@ -136,9 +136,12 @@ void demo(int argc, char** argv) {
   int steps          = 0;
   std::uint64_t seed = 1;
   bool progress = true, print = false, version = false, help = false;
+  std::string run_option;  // the first option that configures a run
   Arguments args(argc, argv);
+  args.allow_repeats("--config");
   while (args.next()) {
     const std::string f = args.flag();
+    if (run_option.empty() && f != "--print-parameters" && f != "--version" && f != "--help") run_option = f;
     if (f == "--task") {
       task_name = args.value();
       if (task_name != "digits" && task_name != "burgers" && task_name != "all")
@@ -172,6 +175,11 @@ void demo(int argc, char** argv) {
     std::printf("%s\n", usage);
     return;
   }
+  // Each prints and exits: beside each other or a run's options, something given would be ignored.
+  if (print && version) throw UsageError("--print-parameters and --version: give one of them");
+  if ((print || version) && !run_option.empty())
+    throw UsageError(std::string(print ? "--print-parameters" : "--version") + " runs nothing, and " + run_option +
+                     " configures a run: give it alone");
   if (version) {
     std::printf("koptim %s (git %s)\n", koptim::version_string(), koptim::git_hash());
     return;
@@ -209,12 +217,26 @@ void demo(int argc, char** argv) {
     std::vector<Teuchos::RCP<Teuchos::ParameterList>> lists;
     std::map<std::string, std::string> file_of;
     for (const auto& file : files) {
-      lists.push_back(read_config(file, 0.0, task.steps));
+      lists.push_back(read_config(file, 0.0, task.steps, steps > 0));
       const auto name = lists.back()->get<std::string>("optimizer");
       if (!file_of.emplace(name, file).second)
         throw UsageError("--config '" + file_of[name] + "' and '" + file + "' both configure " + name +
                          "; the demo names a run's files after its optimizer (" + task.name + "_" + lower(name) +
                          ".csv): give each optimizer once");
+    }
+    // --restart DIR continues the runs whose checkpoint is there; a task none of whose runs has
+    // one would silently start over: refused.
+    if (!restart.empty()) {
+      std::string expected;
+      bool any = false;
+      for (const auto& l : lists) {
+        const std::string name = task.name + "_" + lower(l->get<std::string>("optimizer")) + ".h5";
+        any                    = any || std::filesystem::exists(std::filesystem::path(restart) / name);
+        expected += (expected.empty() ? "" : ", ") + name;
+      }
+      if (!any)
+        throw UsageError("--restart '" + restart + "' holds no checkpoint of task " + task.name + " (expected " +
+                         expected + ")");
     }
     std::vector<Run> runs;
     std::int64_t parameters = 0;
@@ -236,6 +258,8 @@ void demo(int argc, char** argv) {
         trainer.restore((std::filesystem::path(restart) / checkpoint).string());
         std::printf("%s: restarted at step %lld\n", settings.label.c_str(),
                     static_cast<long long>(trainer.optimizer().step_count()));
+      } else if (!restart.empty()) {
+        std::printf("%s: no %s in %s, starts at step 0\n", settings.label.c_str(), checkpoint.c_str(), restart.c_str());
       }
       bool saved = false;
       trainer.train([&](std::int64_t step) {

@@ -30,6 +30,7 @@
 #include <memory>
 #include <random>
 #include <iomanip>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -68,7 +69,16 @@ struct UsageError : std::runtime_error {
 class Arguments {
  public:
   Arguments(int argc, char** argv) : args_(argv + 1, argv + argc) {}
-  bool next() { return ++pos_ < static_cast<int>(args_.size()); }
+  // An option given twice is refused (the later would silently replace the earlier), except
+  // those allowed to repeat.
+  void allow_repeats(const std::string& f) { repeatable_.insert(f); }
+  bool next() {
+    if (++pos_ >= static_cast<int>(args_.size())) return false;
+    const std::string& f = args_[pos_];
+    if (!repeatable_.count(f) && !seen_.insert(f).second)
+      throw UsageError(f + " is given twice; give each option once");
+    return true;
+  }
   const std::string& flag() const { return args_[pos_]; }
   std::string value() {
     const std::string f = flag();
@@ -110,6 +120,7 @@ class Arguments {
  private:
   std::vector<std::string> args_;
   int pos_ = -1;
+  std::set<std::string> seen_, repeatable_;
 };
 
 // ----------------------------------------------------------------------------------------------
@@ -805,10 +816,13 @@ class Trainer {
 
 // Reads a parameter-list file and applies the command line's overrides: lr, and steps, which
 // becomes lr_schedule/total_steps when the list's schedule has one, its warmup_steps scaled by the
-// same factor (so a short smoke run keeps the schedule's shape).
+// same factor (so a short smoke run keeps the schedule's shape). steps_given false: steps is the
+// program's default run length, and a file whose total_steps differs is refused (its value would
+// otherwise be replaced without a word).
 // The file is checked as written first (a value it gets wrong is named as written); an error
 // that only the overrides cause names them.
-inline Teuchos::RCP<Teuchos::ParameterList> read_config(const std::string& path, double lr, int steps) {
+inline Teuchos::RCP<Teuchos::ParameterList> read_config(const std::string& path, double lr, int steps,
+                                                        bool steps_given) {
   auto list                      = koptim::read_parameter_list(path);
   const Teuchos::ParameterList v = koptim::validated_parameters(*list);
   std::string overrides;
@@ -822,6 +836,10 @@ inline Teuchos::RCP<Teuchos::ParameterList> read_config(const std::string& path,
     auto& s          = list->sublist("lr_schedule");
     const int total  = v.sublist("lr_schedule").get<int>("total_steps");
     const int warmup = v.sublist("lr_schedule").get<int>("warmup_steps");
+    if (!steps_given && total != steps)
+      throw UsageError("'" + path + "' sets lr_schedule total_steps = " + std::to_string(total) + ", and the run has " +
+                       std::to_string(steps) + " steps (the default): give --steps " + std::to_string(total) +
+                       " to run the file's schedule, or another --steps to scale it");
     s.set("warmup_steps", static_cast<int>(static_cast<long long>(warmup) * steps / total));
     s.set("total_steps", steps);
     overrides += (overrides.empty() ? "" : ", ") + std::string("--steps ") + std::to_string(steps) +
@@ -865,6 +883,8 @@ inline double state_bytes_per_parameter(const koptim::Optimizer& opt) {
 struct ExampleOptions {
   std::string config, data, csv;
   std::string checkpoint = "checkpoint.h5", restart;
+  bool checkpoint_given  = false;
+  bool steps_given       = false;
   int checkpoint_every   = 0;
   double lr              = 0;  // 0: the file's
   TrainSettings train;
@@ -907,7 +927,7 @@ inline ExampleOptions parse_example_options(int argc, char** argv, const std::st
     if (f == "--config")
       o.config = args.value();
     else if (f == "--steps")
-      o.train.steps = args.integer(1, 100000000);
+      o.train.steps = args.integer(1, 100000000), o.steps_given = true;
     else if (f == "--batch")
       o.train.batch = args.integer(1, 1 << 24);
     else if (f == "--shards")
@@ -923,7 +943,7 @@ inline ExampleOptions parse_example_options(int argc, char** argv, const std::st
     else if (f == "--checkpoint-every")
       o.checkpoint_every = args.integer(1, 100000000);
     else if (f == "--checkpoint")
-      o.checkpoint = args.value();
+      o.checkpoint = args.value(), o.checkpoint_given = true;
     else if (f == "--restart")
       o.restart = args.value();
     else if (f == "--data" && has_data)
@@ -935,6 +955,8 @@ inline ExampleOptions parse_example_options(int argc, char** argv, const std::st
     else
       args.unknown(example_usage(program, has_data));
   }
+  if (o.checkpoint_given && o.checkpoint_every == 0 && !o.help)
+    throw UsageError("--checkpoint names where --checkpoint-every writes, and --checkpoint-every is not given");
   return o;
 }
 
@@ -946,7 +968,7 @@ inline void run_example(const Dataset& data, const std::vector<int>& layers, con
   int ranks = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
   auto comm   = ranks > 1 ? koptim::comm::Communicator::create(MPI_COMM_WORLD) : nullptr;
-  auto config = read_config(o.config, o.lr, o.train.steps);
+  auto config = read_config(o.config, o.lr, o.train.steps, o.steps_given);
   // The curve's file is written at the end: one that cannot be is refused before the training.
   if (!o.csv.empty() && !std::ofstream(o.csv, std::ios::app)) throw UsageError("--csv: cannot write '" + o.csv + "'");
   default_shard_state(*config, ranks);

@@ -54,6 +54,11 @@ std::string lower(std::string s) {
   return s;
 }
 
+// A run's files are named after its task and optimizer: <task>_<optimizer><ext>.
+std::string run_file(const std::string& task, const std::string& optimizer, const char* ext) {
+  return task + "_" + lower(optimizer) + ext;
+}
+
 // The first evaluation at which the training loss is at most target: {step, wall seconds}, or
 // {-1, 0} when the run never gets there.
 std::pair<std::int64_t, double> first_reaching(const Run& r, double target) {
@@ -116,8 +121,8 @@ bool plot(const Task& task, const std::vector<Run>& runs, const std::filesystem:
     for (const auto& axis : axes) {
       gp << "set xlabel '" << axis[1] << "'\nplot ";
       for (std::size_t i = 0; i < runs.size(); ++i)
-        gp << (i ? ", \\\n     " : "") << "'" << task.name << "_" << lower(runs[i].optimizer) << ".csv' using "
-           << axis[0] << ":3 with lines lw 2 title '" << runs[i].optimizer << "'";
+        gp << (i ? ", \\\n     " : "") << "'" << run_file(task.name, runs[i].optimizer, ".csv") << "' using " << axis[0]
+           << ":3 with lines lw 2 title '" << runs[i].optimizer << "'";
       gp << "\n";
     }
     gp << "unset multiplot\n";
@@ -221,8 +226,8 @@ void demo(int argc, char** argv) {
       const auto name = lists.back()->get<std::string>("optimizer");
       if (!file_of.emplace(name, file).second)
         throw UsageError("--config '" + file_of[name] + "' and '" + file + "' both configure " + name +
-                         "; the demo names a run's files after its optimizer (" + task.name + "_" + lower(name) +
-                         ".csv): give each optimizer once");
+                         "; the demo names a run's files after its optimizer (" + run_file(task.name, name, ".csv") +
+                         "): give each optimizer once");
     }
     // --restart DIR continues the runs whose checkpoint is there; a task none of whose runs has
     // one would silently start over: refused.
@@ -230,7 +235,7 @@ void demo(int argc, char** argv) {
       std::string expected;
       bool any = false;
       for (const auto& l : lists) {
-        const std::string name = task.name + "_" + lower(l->get<std::string>("optimizer")) + ".h5";
+        const std::string name = run_file(task.name, l->get<std::string>("optimizer"), ".h5");
         any                    = any || std::filesystem::exists(std::filesystem::path(restart) / name);
         expected += (expected.empty() ? "" : ", ") + name;
       }
@@ -253,7 +258,7 @@ void demo(int argc, char** argv) {
       settings.progress   = progress;
       settings.label      = task.name + " " + config->get<std::string>("optimizer", "?");
       Trainer trainer(data, model, *config, settings);
-      const std::string checkpoint = task.name + "_" + lower(trainer.optimizer().name()) + ".h5";
+      const std::string checkpoint = run_file(task.name, trainer.optimizer().name(), ".h5");
       if (!restart.empty() && std::filesystem::exists(std::filesystem::path(restart) / checkpoint)) {
         trainer.restore((std::filesystem::path(restart) / checkpoint).string());
         std::printf("%s: restarted at step %lld\n", settings.label.c_str(),
@@ -275,7 +280,7 @@ void demo(int argc, char** argv) {
       r.curve               = trainer.curve();
       r.ms_per_step         = trainer.ms_per_step();
       r.bytes_per_parameter = state_bytes_per_parameter(trainer.optimizer());
-      const auto csv        = dir / (task.name + "_" + lower(r.optimizer) + ".csv");
+      const auto csv        = dir / run_file(task.name, r.optimizer, ".csv");
       write_csv(csv.string(), r.curve, task.metric);
       written.push_back(csv.string());
       runs.push_back(std::move(r));

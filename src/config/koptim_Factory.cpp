@@ -48,7 +48,7 @@ struct Entry {
   // A sublist whose keys follow a pattern rather than a fixed list (checked by build()), and its
   // row of the parameter reference: the keys' forms and what their values may be.
   std::string pattern_sublist = "";
-  std::string pattern_keys    = "";
+  std::vector<std::string> pattern_keys;
   std::string pattern_allowed = "";
 };
 
@@ -223,7 +223,7 @@ const std::vector<Entry>& entries() {
          return std::make_unique<Shampoo>(p, c, shampoo_options(l), std::move(comm));
        },
        "inverse_exponent_override",
-       "order_K, order_K_dim_J",
+       {"order_K", "order_K_dim_J"},
        R::shampoo::inverse_exponent.text(false)},
       {"Gefen",
        "Gefen: AdamW with a shared second moment per automatic block and an 8-bit momentum with a learned codebook "
@@ -463,9 +463,7 @@ void print_parameter_reference(std::ostream& out) {
     table(*valid, "");
     if (!e.pattern_sublist.empty()) {
       std::string keys;
-      std::istringstream forms(e.pattern_keys);
-      for (std::string k; std::getline(forms >> std::ws, k, ',');)
-        keys += (keys.empty() ? "`" : ", `") + e.pattern_sublist + "/" + k + "`";
+      for (const auto& k : e.pattern_keys) keys += (keys.empty() ? "`" : ", `") + e.pattern_sublist + "/" + k + "`";
       out << "| " << keys << " | double | none | " << e.pattern_allowed << " | "
           << valid->getEntry(e.pattern_sublist).docString() << " |\n";
     }

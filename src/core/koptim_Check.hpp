@@ -58,6 +58,13 @@ inline void require(const std::string& optimizer, const std::string& key, double
   }
 }
 
+// A value that the other options make irrelevant would be ignored without a word: when ignored,
+// throws ConfigError "koptim::<optimizer>: <what> would have no effect: <why>".
+inline void refuse_ineffective(const std::string& optimizer, bool ignored, const std::string& what,
+                               const std::string& why) {
+  if (ignored) throw ConfigError("koptim::" + optimizer + ": " + what + " would have no effect: " + why);
+}
+
 }  // namespace Impl
 }  // namespace koptim
 

@@ -60,10 +60,9 @@ SGD::SGD(ParameterSet params, CommonOptions common, SGDOptions options, std::sha
                       ")");
   }
   // torch accepts dampening without momentum and ignores it; a value written must act or be refused.
-  if (options_.momentum == 0.0 && options_.dampening != 0.0) {
-    throw ConfigError("koptim::SGD: dampening = " + Impl::real_string(options_.dampening) +
-                      " would have no effect: it applies to momentum > 0 (momentum is 0)");
-  }
+  Impl::refuse_ineffective("SGD", options_.momentum == 0.0 && options_.dampening != 0.0,
+                           "dampening = " + Impl::real_string(options_.dampening),
+                           "it applies to momentum > 0 (momentum is 0)");
 }
 
 void SGD::update_pieces(const ExecutionSpace& exec, std::int64_t t, const std::vector<double>& lrs) {

@@ -987,10 +987,9 @@ Gefen::Gefen(ParameterSet params, CommonOptions common, GefenOptions options, st
   }
   Impl::check_option_ranges(name(), options_);
   // A value written must act or be refused: with force_p1 no partition is searched.
-  if (options_.force_p1 && options_.partition_rule != GefenOptions{}.partition_rule) {
-    throw ConfigError(std::string("koptim::Gefen: partition_rule = ") + to_string(options_.partition_rule) +
-                      " would have no effect: force_p1 = true gives every tensor p = 1 without a partition search");
-  }
+  Impl::refuse_ineffective(name(), options_.force_p1 && options_.partition_rule != GefenOptions{}.partition_rule,
+                           std::string("partition_rule = ") + to_string(options_.partition_rule),
+                           "force_p1 = true gives every tensor p = 1 without a partition search");
 }
 
 Gefen::~Gefen() = default;

@@ -1337,34 +1337,37 @@ Shampoo::Shampoo(ParameterSet params, CommonOptions common, ShampooOptions optio
   // A key that the other keys' values make irrelevant is refused unless it holds its default: the
   // value written would otherwise be ignored without a word.
   const ShampooOptions defaults;
-  const auto no_effect = [](bool ignored, const std::string& what, const std::string& why) {
-    if (ignored) throw ConfigError("koptim::Shampoo: " + what + " would have no effect: " + why);
-  };
-  no_effect(o.eigenbasis != Eigenbasis::qr &&
-                (o.qr_max_iterations != defaults.qr_max_iterations || o.qr_tolerance != defaults.qr_tolerance),
-            "qr_max_iterations = " + std::to_string(o.qr_max_iterations) +
-                " and qr_tolerance = " + Impl::real_string(o.qr_tolerance),
-            std::string("they apply to eigenbasis = qr (eigenbasis is ") + to_string(o.eigenbasis) + ")");
+  Impl::refuse_ineffective(
+      me,
+      o.eigenbasis != Eigenbasis::qr &&
+          (o.qr_max_iterations != defaults.qr_max_iterations || o.qr_tolerance != defaults.qr_tolerance),
+      "qr_max_iterations = " + std::to_string(o.qr_max_iterations) +
+          " and qr_tolerance = " + Impl::real_string(o.qr_tolerance),
+      std::string("they apply to eigenbasis = qr (eigenbasis is ") + to_string(o.eigenbasis) + ")");
   const std::string corrected = "eigenvalue_corrected = true computes eigenbases, not inverse roots";
-  no_effect(o.eigenvalue_corrected && o.root_method != defaults.root_method,
-            std::string("root_method = ") + linalg::to_string(o.root_method), corrected);
-  no_effect(o.eigenvalue_corrected && o.pseudo_inverse, "pseudo_inverse = true", corrected);
-  no_effect(o.eigenvalue_corrected && !(o.inverse_exponent_override.empty() && o.inverse_exponent_override_dim.empty()),
-            "inverse_exponent_override", corrected);
-  no_effect(!o.pseudo_inverse && (o.rank_rtol != defaults.rank_rtol || o.rank_atol != defaults.rank_atol),
-            "rank_rtol = " + Impl::real_string(o.rank_rtol) + " and rank_atol = " + Impl::real_string(o.rank_atol),
-            "they apply to pseudo_inverse = true");
+  Impl::refuse_ineffective(me, o.eigenvalue_corrected && o.root_method != defaults.root_method,
+                           std::string("root_method = ") + linalg::to_string(o.root_method), corrected);
+  Impl::refuse_ineffective(me, o.eigenvalue_corrected && o.pseudo_inverse, "pseudo_inverse = true", corrected);
+  Impl::refuse_ineffective(
+      me, o.eigenvalue_corrected && !(o.inverse_exponent_override.empty() && o.inverse_exponent_override_dim.empty()),
+      "inverse_exponent_override", corrected);
+  Impl::refuse_ineffective(
+      me, !o.pseudo_inverse && (o.rank_rtol != defaults.rank_rtol || o.rank_atol != defaults.rank_atol),
+      "rank_rtol = " + Impl::real_string(o.rank_rtol) + " and rank_atol = " + Impl::real_string(o.rank_atol),
+      "they apply to pseudo_inverse = true");
   const bool second_moment = o.grafting == Grafting::RMSProp || o.grafting == Grafting::Adam;
-  no_effect(o.grafting_beta2 && !second_moment, "grafting_beta2 = " + Impl::real_string(o.grafting_beta2.value_or(0)),
-            std::string("it applies to grafting = RMSProp or Adam (grafting is ") + to_string(o.grafting) + ")");
-  no_effect(
-      o.grafting_epsilon != defaults.grafting_epsilon && !second_moment && o.grafting != Grafting::AdaGrad,
+  Impl::refuse_ineffective(
+      me, o.grafting_beta2 && !second_moment, "grafting_beta2 = " + Impl::real_string(o.grafting_beta2.value_or(0)),
+      std::string("it applies to grafting = RMSProp or Adam (grafting is ") + to_string(o.grafting) + ")");
+  Impl::refuse_ineffective(
+      me, o.grafting_epsilon != defaults.grafting_epsilon && !second_moment && o.grafting != Grafting::AdaGrad,
       "grafting_epsilon = " + Impl::real_string(o.grafting_epsilon),
       std::string("it applies to grafting = AdaGrad, RMSProp or Adam (grafting is ") + to_string(o.grafting) + ")");
-  no_effect(o.momentum == 0.0 && o.dampening != defaults.dampening, "dampening = " + Impl::real_string(o.dampening),
-            "it applies to momentum > 0 (momentum is 0)");
-  no_effect(o.beta3 && o.betas[0] == 0.0, "beta3 = " + Impl::real_string(o.beta3.value_or(0)),
-            "with betas[0] = 0 the gradient is not filtered");
+  Impl::refuse_ineffective(me, o.momentum == 0.0 && o.dampening != defaults.dampening,
+                           "dampening = " + Impl::real_string(o.dampening),
+                           "it applies to momentum > 0 (momentum is 0)");
+  Impl::refuse_ineffective(me, o.beta3 && o.betas[0] == 0.0, "beta3 = " + Impl::real_string(o.beta3.value_or(0)),
+                           "with betas[0] = 0 the gradient is not filtered");
   for (const auto& kv : o.inverse_exponent_override)
     Impl::require(me, "inverse_exponent_override/order_" + std::to_string(kv.first), kv.second, R::inverse_exponent);
   for (const auto& kv : o.inverse_exponent_override_dim) {

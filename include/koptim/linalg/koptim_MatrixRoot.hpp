@@ -123,17 +123,17 @@ class RootWorkspace {
   // zero: filled with 0 (as a freshly allocated Kokkos View is) on the instance space.
   template <class T, class Space = execution_space>
   Vector<T> vector(const std::string& label, std::size_t n, bool zero = false, const Space& space = Space()) {
-    return fill(Vector<T>(static_cast<T*>(storage<T>(label, n)), n), zero, space);
+    return fill(Vector<T>(static_cast<T*>(storage<T>(buffers_, label, n)), n), zero, space);
   }
   template <class T, class Layout = Kokkos::LayoutRight, class Space = execution_space>
   Matrix<T, Layout> matrix(const std::string& label, std::size_t m, std::size_t n, bool zero = false,
                            const Space& space = Space()) {
-    return fill(Matrix<T, Layout>(static_cast<T*>(storage<T>(label, m * n)), m, n), zero, space);
+    return fill(Matrix<T, Layout>(static_cast<T*>(storage<T>(buffers_, label, m * n)), m, n), zero, space);
   }
   template <class T, class Space = execution_space>
   Batch<T> batch(const std::string& label, std::size_t m, std::size_t n, std::size_t k, bool zero = false,
                  const Space& space = Space()) {
-    return fill(Batch<T>(static_cast<T*>(storage<T>(label, m * n * k)), m, n, k), zero, space);
+    return fill(Batch<T>(static_cast<T*>(storage<T>(buffers_, label, m * n * k)), m, n, k), zero, space);
   }
   // Where the host reads and writes a View v of this memory space (a host copy, LAPACK's input):
   // v's own memory when the host can access it (the copies to and from it are then no-ops), else
@@ -149,14 +149,7 @@ class RootWorkspace {
       (void)label;
       return HostView<V>(const_cast<T*>(v.data()), v.layout());
     } else {
-      auto& buf                = host_buffers_[label + "/" + std::to_string(sizeof(T))];
-      const std::size_t needed = std::max<std::size_t>(v.span() * sizeof(T), 1);
-      if (buf.extent(0) < needed) {
-        buf = Kokkos::View<unsigned char*, Kokkos::HostSpace>();
-        buf = Kokkos::View<unsigned char*, Kokkos::HostSpace>(Kokkos::view_alloc(Kokkos::WithoutInitializing, label),
-                                                              needed);
-      }
-      return HostView<V>(reinterpret_cast<T*>(buf.data()), v.layout());
+      return HostView<V>(static_cast<T*>(storage<T>(host_buffers_, label, v.span())), v.layout());
     }
   }
   // Bytes held (device and host buffers).
@@ -173,15 +166,18 @@ class RootWorkspace {
     if (zero && v.size() > 0) Kokkos::deep_copy(space, v, typename View::non_const_value_type{});
     return v;
   }
-  template <class T>
-  void* storage(const std::string& label, std::size_t count) {
+  // Room for count elements of T in the buffer of buffers (the device or the host buffers) for
+  // label, grown when needed.
+  template <class T, class Space>
+  static void* storage(std::map<std::string, Kokkos::View<unsigned char*, Space>>& buffers, const std::string& label,
+                       std::size_t count) {
     // One buffer per label and element size: the double-precision retry of a float batch uses
     // the same labels.
-    auto& buf                = buffers_[label + "/" + std::to_string(sizeof(T))];
+    auto& buf                = buffers[label + "/" + std::to_string(sizeof(T))];
     const std::size_t needed = std::max<std::size_t>(count * sizeof(T), 1);
     if (buf.extent(0) < needed) {
-      buf = Kokkos::View<unsigned char*, MemorySpace>();  // free the old buffer first
-      buf = Kokkos::View<unsigned char*, MemorySpace>(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), needed);
+      buf = Kokkos::View<unsigned char*, Space>();  // free the old buffer first
+      buf = Kokkos::View<unsigned char*, Space>(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), needed);
     }
     return buf.data();
   }

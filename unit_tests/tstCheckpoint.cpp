@@ -205,14 +205,25 @@ TEST(Checkpoint, OptimizerOnlyLeavesTheParameters) {
   b.scramble();
   const auto before = b.bytes();
   auto other        = koptim::create(b.params, koptim_test::checkpoint_config("Adam"), world());
-  const auto report = koptim::io::load_checkpoint(path, *other, load_options());
+  const auto fresh  = other->export_state();
+  // The default asks for the parameters, which this file does not hold: refused, nothing changed.
+  try {
+    koptim::io::load_checkpoint(path, *other, load_options());
+    ADD_FAILURE() << "a file without parameter values was loaded with load_parameters = true";
+  } catch (const koptim::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("holds no parameter values"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("load_parameters = false"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(before == b.bytes());
+  EXPECT_TRUE(fresh == other->export_state());
+  auto lo            = load_options();
+  lo.load_parameters = false;
+  const auto report  = koptim::io::load_checkpoint(path, *other, lo);
   EXPECT_FALSE(report.parameters_loaded);
   EXPECT_TRUE(before == b.bytes());
   EXPECT_TRUE(opt->export_state() == other->export_state());
   // And a file with values, loaded with load_parameters = false.
   koptim::io::save_checkpoint(path, *opt, save_options());
-  auto lo            = load_options();
-  lo.load_parameters = false;
   EXPECT_FALSE(koptim::io::load_checkpoint(path, *other, lo).parameters_loaded);
   EXPECT_TRUE(before == b.bytes());
 }
@@ -340,6 +351,13 @@ TEST(Checkpoint, RefusesBadFilesAndChangesNothing) {
   const std::string big_meta = edited("unsigned_metadata", [&](hid_t f) { unsigned_attribute(f, "metadata", "seed"); });
   expect_refused(big_meta, *opt, m, {"attribute 'seed' of /metadata = 9223372036854788153", "signed 64-bit"});
   expect_error([&] { koptim::io::read_checkpoint_metadata(big_meta); }, {"9223372036854788153"});
+  const std::string two_values = edited("has_values_2", [](hid_t f) {
+    const hid_t a        = H5Aopen(f, "has_parameter_values", H5P_DEFAULT);
+    const std::int64_t v = 2;
+    EXPECT_GE(H5Awrite(a, H5T_NATIVE_INT64, &v), 0);
+    H5Aclose(a);
+  });
+  expect_refused(two_values, *opt, m, {"has_parameter_values is 2, not 0 or 1"});
   const std::string big_step = edited("unsigned_step", [&](hid_t f) {
     const hid_t o = H5Oopen(f, "optimizer", H5P_DEFAULT);
     EXPECT_GE(H5Adelete(o, "step"), 0);

@@ -1224,6 +1224,14 @@ LoadReport load_checkpoint(const std::string& path, Optimizer& opt, const LoadOp
     if (name.s != opt.name())
       throw StateError(where + "the checkpoint holds the state of optimizer '" + name.s + "', not '" + opt.name() +
                        "'");
+    if (has_values.i != 0 && has_values.i != 1)
+      throw Error(where + "the file's root attribute has_parameter_values is " + std::to_string(has_values.i) +
+                  ", not 0 or 1" + damaged);
+    if (options.load_parameters && has_values.i == 0)
+      throw ConfigError(where +
+                        "the file holds no parameter values (it was saved with SaveOptions::save_parameters = "
+                        "false), and LoadOptions::load_parameters is true; pass load_parameters = false to restore "
+                        "the optimizer alone");
     report.written_on_ranks = static_cast<int>(nranks.i);
     report.koptim_version   = kv.s;
 
@@ -1412,7 +1420,7 @@ LoadReport load_checkpoint(const std::string& path, Optimizer& opt, const LoadOp
     }
 
     // The parameter values.
-    report.parameters_loaded = options.load_parameters && has_values.i != 0;
+    report.parameters_loaded = options.load_parameters;
     if (report.parameters_loaded) {
       for (const auto& gp : groups) {
         const auto& p           = ps[static_cast<std::size_t>(gp.first)];

@@ -68,7 +68,9 @@ struct SaveOptions {
 };
 
 struct LoadOptions {
-  // Restore the parameters' values when the file holds them.
+  // Restore the parameters' values (the file must hold them: one saved with
+  // SaveOptions::save_parameters = false is refused with ConfigError, nothing changed); false
+  // restores the optimizer alone and leaves the parameters as they are.
   bool load_parameters = true;
   // As SaveOptions::comm.
   std::shared_ptr<comm::Communicator> comm;

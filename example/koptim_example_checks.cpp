@@ -128,7 +128,8 @@ void check_gradient(LossKind kind) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return example_main(argc, argv, [](int, char**) {
+  return example_main(argc, argv, [](int n, char** args) {
+    if (n > 1) throw UsageError(std::string("takes no arguments (got '") + args[1] + "')");
     check_heat();
     check_gradient(LossKind::cross_entropy);
     check_gradient(LossKind::mean_squared);

@@ -47,9 +47,9 @@ struct Entry {
       build;
   // A sublist whose keys follow a pattern rather than a fixed list (checked by build()), and its
   // row of the parameter reference: the keys' forms and what their values may be.
-  std::string pattern_sublist = "";
-  std::vector<std::string> pattern_keys;
-  std::string pattern_allowed = "";
+  std::string pattern_sublist           = "";
+  std::vector<std::string> pattern_keys = {};
+  std::string pattern_allowed           = "";
 };
 
 template <class T>

@@ -5,8 +5,7 @@
 // test runs with (1 and 2 ranks), sharded or distributed where the optimizer can be. And no step
 // waits on the device once per parameter or block: the number of fences in steady-state steps is
 // the same for a model three times as wide (Kokkos Tools fence events, which Kokkos reports
-// from 3.5 on; with an older Kokkos that test is skipped, saying so). Nor does a step take
-// large buffers from the host heap (this program counts them by replacing operator new).
+// from 3.5 on; with an older Kokkos that test is skipped, saying so).
 #include "koptim_TestData.hpp"
 #include "koptim_TestMpi.hpp"
 #include "koptim_TestTensor.hpp"
@@ -16,43 +15,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <atomic>
+#include <type_traits>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <memory>
-#include <new>
 #include <string>
-#include <type_traits>
 #include <vector>
-
-// Host heap allocations of at least large_host_bytes, counted while counting_host_heap is set
-// (this program replaces the global operator new): the work buffers of the LAPACK paths are that
-// large (?syevd's at n = 64 is 34 KB, the QR refresh's 64 KB), the bookkeeping a step keeps on
-// the host (a group's learning rates, a kernel's label) is not.
-namespace {
-constexpr std::size_t large_host_bytes = 16384;
-std::atomic<bool> counting_host_heap{false};
-std::atomic<std::int64_t> large_host_allocations{0};
-std::atomic<std::size_t> largest_host_allocation{0};
-void* counted_malloc(std::size_t bytes) {
-  if (bytes >= large_host_bytes && counting_host_heap.load()) {
-    ++large_host_allocations;
-    std::size_t seen = largest_host_allocation.load();
-    while (bytes > seen && !largest_host_allocation.compare_exchange_weak(seen, bytes)) {
-    }
-  }
-  if (void* p = std::malloc(bytes == 0 ? 1 : bytes)) return p;
-  throw std::bad_alloc();
-}
-}  // namespace
-
-void* operator new(std::size_t bytes) { return counted_malloc(bytes); }
-void* operator new[](std::size_t bytes) { return counted_malloc(bytes); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
 
 namespace {
 
@@ -318,39 +286,6 @@ TEST(SteadyState, NoStepAllocates) {
   });
 }
 
-// Nor does a step take large buffers from the host heap: the LAPACK paths (the roots' and
-// eigenbases' ?syevd, the QR refresh) keep their work buffers per host thread
-// (linalg::Impl::host_buffer). Warm-up through two amortized computations (steps 3 and 6: with
-// the QR refresh, the first computes eigenbases, the second is the first refresh), then two more.
-TEST(SteadyState, NoStepAllocatesLargeHostBuffers) {
-  for_each_case_and_path([&](const Case& c, Path path, const std::string&) {
-    Model m;
-    auto opt = c.distributed ? koptim::create(m.params, c.list, world()) : koptim::create(m.params, c.list);
-    set_path(*opt, path);
-    int s = 1;
-    for (; s <= 7; ++s) {
-      m.gradients(s);
-      opt->step();
-    }
-    const auto* shampoo             = dynamic_cast<const koptim::Shampoo*>(opt.get());
-    const std::int64_t roots_before = shampoo ? shampoo->phase_times().amortized_computations : 0;
-    std::int64_t count              = 0;
-    largest_host_allocation         = 0;
-    for (; s <= 13; ++s) {
-      m.gradients(s);
-      large_host_allocations = 0;
-      counting_host_heap     = true;
-      opt->step();
-      counting_host_heap = false;
-      count += large_host_allocations.load();
-    }
-    if (shampoo) EXPECT_EQ(shampoo->phase_times().amortized_computations - roots_before, 2);
-    EXPECT_EQ(count, 0) << count << " host allocations of at least " << large_host_bytes
-                        << " bytes in 6 steady-state steps (the largest " << largest_host_allocation.load()
-                        << " bytes)";
-  });
-}
-
 // Fences per steady-state step do not grow with the number of parameters and blocks: every
 // per-parameter or per-block result stays on the device (or, for Shampoo's checks of |G|^2, comes
 // back in one copy for all blocks). The coupled Newton iteration waits once per iteration of its
@@ -588,17 +523,6 @@ TEST(SteadyState, CounterSeesAllocations) {
   ASSERT_EQ(allocations().size(), 1u);
   EXPECT_EQ(allocations()[0].label, "koptim_test::probe");
   EXPECT_EQ(allocations()[0].bytes, 40u);
-}
-
-// The host heap counter sees a large buffer, and only while counting.
-TEST(SteadyState, HostHeapCounterSeesLargeBuffers) {
-  large_host_allocations = 0;
-  counting_host_heap     = true;
-  auto large             = std::make_unique<std::vector<float>>(large_host_bytes / sizeof(float));
-  auto small             = std::make_unique<std::vector<float>>(16);
-  counting_host_heap     = false;
-  std::vector<float> after(large_host_bytes);
-  EXPECT_EQ(large_host_allocations.load(), 1);
 }
 
 // And the launch counter a kernel (launched from a free function: CUDA allows no device lambda

@@ -65,14 +65,9 @@ int syevd(F fn, int n, T* a, int lda, T* w) {
   // The query's optimum where int holds it, else the documented minimum (enough).
   lwork  = static_cast<int>(lq > lmin && lq <= std::numeric_limits<int>::max() ? lq : lmin);
   liwork = static_cast<int>(iwq > limin ? iwq : limin);
-  // Kept per host thread (host_buffer).
-  static thread_local std::vector<T> kept_work;
-  static thread_local std::vector<int> kept_iwork;
-  std::vector<T> once_work;
-  std::vector<int> once_iwork;
-  T* const work    = host_buffer(kept_work, once_work, static_cast<std::size_t>(lwork));
-  int* const iwork = host_buffer(kept_iwork, once_iwork, static_cast<std::size_t>(liwork));
-  fn(&jobz, &uplo, &n, a, &lda, w, work, &lwork, iwork, &liwork, &info, 1, 1);
+  std::vector<T> work(static_cast<std::size_t>(lwork));
+  std::vector<int> iwork(static_cast<std::size_t>(liwork));
+  fn(&jobz, &uplo, &n, a, &lda, w, work.data(), &lwork, iwork.data(), &liwork, &info, 1, 1);
   return info;
 }
 

@@ -81,11 +81,7 @@ int eigenbasis_qr_one(int n, const T* a, T* v, T* work, const QrRefreshOptions& 
   std::copy(v, v + nn, q);
   double a2 = 0.0;
   for (std::size_t e = 0; e < nn; ++e) a2 += static_cast<double>(a[e]) * a[e];
-  // The estimates and (below) their order, kept per host thread like the solvers' workspaces (n
-  // entries: below host_buffer's limit for every order LAPACK takes).
-  static thread_local std::vector<double> d;
-  static thread_local std::vector<int> order;
-  d.resize(static_cast<std::size_t>(n));
+  std::vector<double> d(static_cast<std::size_t>(n));
   // p = A q and the estimates d; false when p is not finite (no QR of an overflowed product).
   const auto estimate = [&]() {
     blas_gemm('N', 'N', n, n, n, T(1), a, n, q, n, T(0), p, n);
@@ -117,7 +113,7 @@ int eigenbasis_qr_one(int n, const T* a, T* v, T* work, const QrRefreshOptions& 
     if (!koptim::Impl::is_finite(q[e])) return eigenbasis_info_nonfinite_result;
   for (double x : d)
     if (!std::isfinite(x)) return eigenbasis_info_nonfinite_result;
-  order.resize(static_cast<std::size_t>(n));
+  std::vector<int> order(static_cast<std::size_t>(n));
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return d[x] < d[y]; });
   for (int k = 0; k < n; ++k)
@@ -178,11 +174,11 @@ void batched_eigenbasis_qr(const Kokkos::DefaultHostExecutionSpace& host, const 
       return;
     }
     const std::size_t nn = n * n;
-    // One buffer per host thread, kept between calls (Impl::host_buffer): a fresh 4 n^2 allocation
-    // per matrix (320 KB at n = 128, page faults included) cost as much as a GEMM.
-    static thread_local std::vector<T> kept;
-    std::vector<T> once;
-    T* const a = Impl::host_buffer(kept, once, 4 * nn);
+    // One buffer per host thread, kept between calls: a fresh 4 n^2 allocation per matrix (320 KB
+    // at n = 128, page faults included) cost as much as a GEMM.
+    static thread_local std::vector<T> buf;
+    if (buf.size() < 4 * nn) buf.resize(4 * nn);
+    T* const a = buf.data();
     T* const v = a + nn;
     for (std::size_t j = 0; j < n; ++j) {
       for (std::size_t i = j; i < n; ++i) {

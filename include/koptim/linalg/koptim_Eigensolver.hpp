@@ -80,23 +80,6 @@ void cusolver_eigh(const ExecutionSpace& exec, int m, int n, double* a, double* 
 int lapack_syevd(int n, float* a, int lda, float* w);
 int lapack_syevd(int n, double* a, int lda, double* w);
 
-// Host work buffers of the LAPACK paths (one matrix per host thread, many per step): up to
-// kept_buffer_limit elements they come from `kept`, a thread_local vector of the caller that
-// grows to its thread's largest matrix and stays, so that steady-state steps allocate nothing
-// there (at n = 128 a fresh ?syevd workspace is 130 KB of new pages per matrix). Larger ones come
-// from `once`, freed by the caller: a one-off solve of a large matrix must not pin gigabytes per
-// thread, and its O(n^3) work dwarfs the allocation.
-constexpr std::size_t kept_buffer_limit = std::size_t(1) << 22;
-template <class T>
-T* host_buffer(std::vector<T>& kept, std::vector<T>& once, std::size_t n) {
-  if (n > kept_buffer_limit) {
-    once.resize(n);
-    return once.data();
-  }
-  if (kept.size() < n) kept.resize(n);
-  return kept.data();
-}
-
 template <class T>
 struct is_lapack_scalar
     : std::integral_constant<bool, std::is_same<T, float>::value || std::is_same<T, double>::value> {};
@@ -199,13 +182,10 @@ int eigh_lapack(const MatrixView& A, const ValuesView& w) {
       if (!koptim::Impl::is_finite(x)) return eigh_info_nonfinite_input;
     }
   }
-  // Kept per host thread (Impl::host_buffer), like ?syevd's own workspaces.
-  static thread_local std::vector<T> kept_w, kept_a;
-  std::vector<T> once_w, once_a;
-  T* const wtmp = Impl::host_buffer(kept_w, once_w, n);
-  int info      = 0;
+  std::vector<T> wtmp(n);
+  int info = 0;
   if (col_major || row_major) {
-    info = Impl::lapack_syevd(ni, A.data(), static_cast<int>(col_major ? A.stride(1) : A.stride(0)), wtmp);
+    info = Impl::lapack_syevd(ni, A.data(), static_cast<int>(col_major ? A.stride(1) : A.stride(0)), wtmp.data());
     if (info == 0 && row_major) {
       for (std::size_t i = 0; i < n; ++i) {
         for (std::size_t j = i + 1; j < n; ++j) {
@@ -216,11 +196,11 @@ int eigh_lapack(const MatrixView& A, const ValuesView& w) {
       }
     }
   } else {
-    T* const a = Impl::host_buffer(kept_a, once_a, n * n);
+    std::vector<T> a(n * n);
     for (std::size_t j = 0; j < n; ++j) {
       for (std::size_t i = 0; i < n; ++i) a[i + j * n] = A(i, j);
     }
-    info = Impl::lapack_syevd(ni, a, ni, wtmp);
+    info = Impl::lapack_syevd(ni, a.data(), ni, wtmp.data());
     if (info == 0) {
       for (std::size_t j = 0; j < n; ++j) {
         for (std::size_t i = 0; i < n; ++i) A(i, j) = a[i + j * n];

@@ -168,6 +168,27 @@ TEST(EigensolverLapack, HostBatchRethrowsAnItemsException) {
   EXPECT_THROW(koptim::linalg::Impl::check_lapack_order(32767, "test"), koptim::ShapeError);
 }
 
+// Work buffers kept by their caller: the same storage from one call to the next (grown when asked
+// for more) up to the limit; beyond it a buffer of the caller's own, the kept one untouched.
+TEST(EigensolverLapack, HostBufferKeepsWorkspacesUpToItsLimit) {
+  using koptim::linalg::Impl::host_buffer;
+  using koptim::linalg::Impl::kept_buffer_limit;
+  std::vector<float> kept, once;
+  float* const first = host_buffer(kept, once, 1000);
+  EXPECT_EQ(host_buffer(kept, once, 10), first);
+  EXPECT_EQ(kept.size(), 1000u);
+  float* const grown = host_buffer(kept, once, 5000);
+  EXPECT_EQ(grown, kept.data());
+  EXPECT_EQ(kept.size(), 5000u);
+  float* const at_limit = host_buffer(kept, once, kept_buffer_limit);
+  EXPECT_EQ(at_limit, kept.data());
+  EXPECT_TRUE(once.empty());
+  float* const large = host_buffer(kept, once, kept_buffer_limit + 1);
+  EXPECT_EQ(large, once.data());
+  EXPECT_EQ(once.size(), kept_buffer_limit + 1);
+  EXPECT_EQ(kept.size(), kept_buffer_limit);
+}
+
 TEST(EigensolverLapack, BatchedMatchesSingleAndChecksExtents) {
   std::mt19937 gen(7);
   const int nb = 5, n = 9;

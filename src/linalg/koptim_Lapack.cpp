@@ -80,25 +80,27 @@ int syevd(F fn, int n, T* a, int lda, T* w) {
 template <class T, class Geqrf, class Ormqr>
 int qr_q(Geqrf geqrf, Ormqr ormqr, int n, T* a, T* q) {
   if (n == 0) return 0;
-  // Kept per host thread between calls (the refresh runs one matrix per thread, many per step).
-  static thread_local std::vector<T> tau, work;
-  tau.resize(static_cast<std::size_t>(n));
+  // Kept per host thread between calls (the refresh runs one matrix per thread, many per step), up
+  // to host_buffer's limit.
+  static thread_local std::vector<T> kept_tau, kept_work;
+  std::vector<T> once_tau, once_work;
+  T* const tau = host_buffer(kept_tau, once_tau, static_cast<std::size_t>(n));
   std::fill(q, q + static_cast<std::size_t>(n) * n, T(0));
   for (int i = 0; i < n; ++i) q[static_cast<std::size_t>(i) * n + i] = T(1);
   const char side = 'L', trans = 'N';
   int info = 0, lwork = -1;
   T q1 = 0, q2 = 0;
-  geqrf(&n, &n, a, &n, tau.data(), &q1, &lwork, &info);
+  geqrf(&n, &n, a, &n, tau, &q1, &lwork, &info);
   if (info != 0) return info;
-  ormqr(&side, &trans, &n, &n, &n, a, &n, tau.data(), q, &n, &q2, &lwork, &info, 1, 1);
+  ormqr(&side, &trans, &n, &n, &n, a, &n, tau, q, &n, &q2, &lwork, &info, 1, 1);
   if (info != 0) return info;
   // The queried sizes come back as reals (exact far beyond any n here); at least n, the minimum.
   const long long lq = static_cast<long long>(q1 > q2 ? q1 : q2) + 1;
   lwork              = static_cast<int>(lq > n ? lq : n);
-  if (work.size() < static_cast<std::size_t>(lwork)) work.resize(static_cast<std::size_t>(lwork));
-  geqrf(&n, &n, a, &n, tau.data(), work.data(), &lwork, &info);
+  T* const work      = host_buffer(kept_work, once_work, static_cast<std::size_t>(lwork));
+  geqrf(&n, &n, a, &n, tau, work, &lwork, &info);
   if (info != 0) return info;
-  ormqr(&side, &trans, &n, &n, &n, a, &n, tau.data(), q, &n, work.data(), &lwork, &info, 1, 1);
+  ormqr(&side, &trans, &n, &n, &n, a, &n, tau, q, &n, work, &lwork, &info, 1, 1);
   return info;
 }
 

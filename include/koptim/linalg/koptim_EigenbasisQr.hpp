@@ -174,11 +174,12 @@ void batched_eigenbasis_qr(const Kokkos::DefaultHostExecutionSpace& host, const 
       return;
     }
     const std::size_t nn = n * n;
-    // One buffer per host thread, kept between calls: a fresh 4 n^2 allocation per matrix (320 KB
-    // at n = 128, page faults included) cost as much as a GEMM.
-    static thread_local std::vector<T> buf;
-    if (buf.size() < 4 * nn) buf.resize(4 * nn);
-    T* const a = buf.data();
+    // One buffer per host thread, kept between calls up to Impl::host_buffer's limit (n <= 256): a
+    // fresh 4 n^2 allocation per matrix (256 KB at n = 128, page faults included) cost as much as a
+    // GEMM; for larger n the QR steps dwarf it, and a kept buffer would pin 4 n^2 per thread.
+    static thread_local std::vector<T> kept;
+    std::vector<T> once;
+    T* const a = Impl::host_buffer(kept, once, 4 * nn);
     T* const v = a + nn;
     for (std::size_t j = 0; j < n; ++j) {
       for (std::size_t i = j; i < n; ++i) {

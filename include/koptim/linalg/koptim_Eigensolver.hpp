@@ -80,6 +80,21 @@ void cusolver_eigh(const ExecutionSpace& exec, int m, int n, double* a, double* 
 int lapack_syevd(int n, float* a, int lda, float* w);
 int lapack_syevd(int n, double* a, int lda, double* w);
 
+// A host work buffer kept between calls by its caller (`kept`, typically thread_local, grown to the
+// largest request) up to kept_buffer_limit elements (1 MiB of float); a larger request gets
+// `once`, which the caller frees: a buffer kept per thread must not pin 4n^2 entries per thread
+// for large n, where the allocation costs little next to the O(n^3) work it serves.
+constexpr std::size_t kept_buffer_limit = std::size_t(1) << 18;
+template <class T>
+T* host_buffer(std::vector<T>& kept, std::vector<T>& once, std::size_t n) {
+  if (n > kept_buffer_limit) {
+    once.resize(n);
+    return once.data();
+  }
+  if (kept.size() < n) kept.resize(n);
+  return kept.data();
+}
+
 template <class T>
 struct is_lapack_scalar
     : std::integral_constant<bool, std::is_same<T, float>::value || std::is_same<T, double>::value> {};

@@ -515,6 +515,131 @@ TEST(Shampoo, EigenvalueCorrectedWithZeroEpsilonStaysFinite) {
   for (std::size_t i = 0; i < 5; ++i) EXPECT_EQ(v[i], 0.0) << i;
 }
 
+// The eigenvalue-corrected variant without grafting keeps its filtered gradient in the eigenbasis
+// (Shampoo::filter_in_eigenbasis, on by default), rotated between bases at each refresh; off, it is
+// kept in the parameters' coordinates and rotated every step. Both forms give the same trajectory
+// to rounding: with beta3 != beta1, bias correction on and off, the QR refresh (a step at every
+// refresh), a block of order 3 and matrices split into blocks, through the host batch and the
+// device path. A state in the parameters' coordinates loads into the eigenbasis form (rotated in)
+// and continues the same trajectory.
+struct FilterModel {
+  TestTensor<double> a{{9, 7}, "a"}, c{{3, 4, 2}, "c"}, v{{5}, "v"};
+  koptim::ParameterSet params;
+  FilterModel() {
+    a.add_to(params, "a");
+    c.add_to(params, "c");
+    v.add_to(params, "v");
+    a.set(false, [](std::int64_t i) { return koptim_test::value(23, 0, 0, i); });
+    c.set(false, [](std::int64_t i) { return koptim_test::value(23, 1, 0, i); });
+    v.set(false, [](std::int64_t i) { return koptim_test::value(23, 2, 0, i); });
+  }
+  void gradients(int s) {
+    a.set(true, [&](std::int64_t i) { return koptim_test::value(24, 0, s, i); });
+    c.set(true, [&](std::int64_t i) { return koptim_test::value(24, 1, s, i); });
+    v.set(true, [&](std::int64_t i) { return koptim_test::value(24, 2, s, i); });
+  }
+  std::vector<double> values() const {
+    std::vector<double> out;
+    for (const auto* t : {&a, &c, &v}) {
+      const auto x = t->get();
+      out.insert(out.end(), x.begin(), x.end());
+    }
+    return out;
+  }
+};
+
+double max_difference(const std::vector<double>& x, const std::vector<double>& y) {
+  double d = 0.0;
+  for (std::size_t i = 0; i < x.size(); ++i) d = std::max(d, std::abs(x[i] - y[i]));
+  return d;
+}
+
+TEST(Shampoo, FilterInEigenbasisEqualsRotatingEveryStep) {
+  auto base = [] {
+    Teuchos::ParameterList l;
+    l.set("optimizer", std::string("Shampoo"));
+    l.set("lr", 0.01);
+    l.set("eigenvalue_corrected", true);
+    Teuchos::Array<double> betas(2);
+    betas[0] = 0.9;
+    betas[1] = 0.99;
+    l.set("betas", betas);
+    l.set("epsilon", 1e-8);
+    l.set("precondition_frequency", 3);
+    l.set("max_preconditioner_dim", 4);
+    l.set("use_merge_dims", false);
+    return l;
+  };
+  std::vector<std::pair<std::string, Teuchos::ParameterList>> cases;
+  cases.emplace_back("betas (0.9, 0.99)", base());
+  auto l = base();
+  l.set("beta3", 0.95);
+  l.set("momentum", 0.5);
+  cases.emplace_back("beta3 0.95, momentum", l);
+  l = base();
+  l.set("use_bias_correction", false);
+  cases.emplace_back("no bias correction", l);
+  l = base();
+  l.set("eigenbasis", std::string("qr"));
+  l.set("qr_tolerance", 0.0);
+  cases.emplace_back("QR refresh", l);
+  for (const auto& c : cases) {
+    for (const bool host_batch : {true, false}) {
+      SCOPED_TRACE(c.first + (host_batch ? "" : ", device path"));
+      FilterModel on, off;
+      auto a = koptim::create(on.params, c.second), b = koptim::create(off.params, c.second);
+      auto& sa = dynamic_cast<koptim::Shampoo&>(*a);
+      auto& sb = dynamic_cast<koptim::Shampoo&>(*b);
+      EXPECT_TRUE(sa.filter_in_eigenbasis());
+      sb.filter_in_eigenbasis(false);
+      sa.batch_blocks_on_host(host_batch);
+      sb.batch_blocks_on_host(host_batch);
+      for (int s = 1; s <= 7; ++s) {
+        on.gradients(s);
+        off.gradients(s);
+        a->step();
+        b->step();
+      }
+      EXPECT_LE(max_difference(on.values(), off.values()), 1e-13);
+      const auto state_on = a->export_state(), state_off = b->export_state();
+      EXPECT_EQ(state_on.tensors.count("a/block0/filtered_grad_eigenbasis"), 1u);
+      EXPECT_EQ(state_on.tensors.count("a/block0/filtered_grad"), 0u);
+      EXPECT_EQ(state_off.tensors.count("a/block0/filtered_grad"), 1u);
+      // The state in the parameters' coordinates, into a third optimizer that keeps it in the
+      // eigenbasis (with off's parameter values): the same trajectory on.
+      FilterModel loaded;
+      const auto av = off.a.get(), cv = off.c.get(), vv = off.v.get();
+      loaded.a.set(false, [&](std::int64_t i) { return av[static_cast<std::size_t>(i)]; });
+      loaded.c.set(false, [&](std::int64_t i) { return cv[static_cast<std::size_t>(i)]; });
+      loaded.v.set(false, [&](std::int64_t i) { return vv[static_cast<std::size_t>(i)]; });
+      auto d = koptim::create(loaded.params, c.second);
+      dynamic_cast<koptim::Shampoo&>(*d).batch_blocks_on_host(host_batch);
+      d->import_state(state_off);
+      EXPECT_EQ(d->export_state().tensors.count("a/block0/filtered_grad_eigenbasis"), 1u);
+      for (int s = 8; s <= 12; ++s) {
+        on.gradients(s);
+        off.gradients(s);
+        loaded.gradients(s);
+        a->step();
+        b->step();
+        d->step();
+      }
+      EXPECT_LE(max_difference(on.values(), off.values()), 1e-13);
+      EXPECT_LE(max_difference(loaded.values(), off.values()), 1e-13);
+      // The eigenbasis form's state does not load where the filter is kept in the parameters'
+      // coordinates: refused, naming the entry it lacks.
+      FilterModel plain;
+      auto e = koptim::create(plain.params, c.second);
+      dynamic_cast<koptim::Shampoo&>(*e).filter_in_eigenbasis(false);
+      koptim_test::expect_error<koptim::StateError>([&] { e->import_state(state_on); },
+                                                    {"the state has no tensor 'a/block0/filtered_grad'"});
+      // The form is chosen before the first step.
+      EXPECT_THROW(sa.filter_in_eigenbasis(false), koptim::ConfigError);
+      sa.filter_in_eigenbasis(true);  // unchanged: accepted
+    }
+  }
+}
+
 TEST(Shampoo, RejectsBadConfiguration) {
   Kokkos::View<float**> W("W", 4, 3), G("G", 4, 3);
   koptim::ParameterSet params;

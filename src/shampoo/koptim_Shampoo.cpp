@@ -290,6 +290,24 @@ struct CorrectionBody {
   }
 };
 
+// Eigenvalue-corrected, the filtered gradient F kept in the eigenbasis (Shampoo::filter_in_eigenbasis):
+// with R (in p) the rotated G, AccumulateBody's filter in rotated coordinates (the rotation is linear),
+// F <- b1 F + (1 - b1) R and the rotated M_hat, then CorrectedDivideBody's direction, into g.
+template <class T>
+struct RotatedDirectionBody {
+  bool separate;
+  T b1, one_minus_b1, b3, one_minus_b3, inv_corr, inv_bc, eps;
+  KOKKOS_INLINE_FUNCTION void operator()(const BlockPointers<T>& b, std::int64_t e, std::int64_t) const {
+    const T r     = b.p[e];
+    const T old   = b.filtered[e];
+    const T next  = b1 * old + one_minus_b1 * r;
+    b.filtered[e] = next;
+    const T m     = (separate ? b3 * old + one_minus_b3 * r : next) * inv_corr;
+    const T den   = Impl::sqrt(b.correction[e] * inv_bc) + eps;
+    b.g[e]        = den > T(0) ? m / den : T(0);
+  }
+};
+
 // The grafting direction P_g into q.
 template <class T>
 struct GraftDirectionBody {
@@ -421,6 +439,8 @@ class ShampooBlocks {
   std::int64_t step_fallbacks() const { return step_fallbacks_; }
   void accumulate(std::int64_t t);
   void amortized(std::int64_t t);
+  // amortized()'s roots or eigenbases.
+  void compute_bases(std::int64_t t);
   void correct();
   // The lr-scaled updates U = lr P of the owned blocks, into this rank's segment.
   void apply(std::int64_t t, const std::vector<double>& lrs, const std::vector<double>& base_lrs,
@@ -541,6 +561,19 @@ class ShampooBlocks {
   bool batched_products_ = false;
   linalg::ProductPlan<T> grams_;
   Preconditioning rotate_gradient_, rotate_mhat_, rotate_back_, apply_roots_;
+  // The filtered gradient out of the eigenbasis (into mhat) before a refresh, and into the new one
+  // after (filter_in_eigenbasis()).
+  Preconditioning filter_out_, filter_in_;
+  // Eigenvalue-corrected, betas[0] > 0, no grafting: the filtered gradient may be kept in the
+  // eigenbasis; rotated_filter(): it is.
+  bool filter_rotatable_ = false;
+  bool rotated_filter() const { return filter_rotatable_ && owner_.filter_in_eigenbasis(); }
+  // The filtered gradient's rotations between bases, every owned block (amortized()).
+  void rotate_filter(bool out);
+  // Its key in the state: in the parameters' coordinates, or in the eigenbasis.
+  std::string filter_key(const BlockState<T>& b) const {
+    return key(b) + (rotated_filter() ? "/filtered_grad_eigenbasis" : "/filtered_grad");
+  }
   bool roots_ready_           = false;  // a root (or eigenbasis) has been computed: before, X = I exactly
   bool host_batch_            = false;  // host memory and every block within BLAS's int: host_batch runs blocks at once
   std::int64_t failures_kept_ = 0;
@@ -554,12 +587,13 @@ ShampooBlocks<T>::ShampooBlocks(const Shampoo& owner, const ParameterSet& ps,
                                 const std::vector<shampoo::BlockLayout>& layouts, const ShampooOptions& o,
                                 const std::vector<std::vector<int>>& owners, int my_rank, int num_ranks)
     : owner_(owner), ps_(ps), layouts_(layouts), o_(o) {
-  b1_         = o.betas[0];
-  b2_         = o.betas[1];
-  factor_w_   = b2_ < 1.0 ? 1.0 - b2_ : 1.0;
-  b3_         = o.beta3.value_or(b1_);
-  graft_beta_ = o.grafting_beta2.value_or(o.grafting == Grafting::RMSProp ? 0.99 : 0.999);
-  start_      = o.start_preconditioning_step.value_or(o.precondition_frequency);
+  b1_               = o.betas[0];
+  b2_               = o.betas[1];
+  factor_w_         = b2_ < 1.0 ? 1.0 - b2_ : 1.0;
+  b3_               = o.beta3.value_or(b1_);
+  graft_beta_       = o.grafting_beta2.value_or(o.grafting == Grafting::RMSProp ? 0.99 : 0.999);
+  start_            = o.start_preconditioning_step.value_or(o.precondition_frequency);
+  filter_rotatable_ = o.eigenvalue_corrected && b1_ > 0.0 && o.grafting == Grafting::none;
   std::map<std::int64_t, std::int64_t> counts;
   std::vector<std::int64_t> sizes;
   std::vector<int> piece_owners;
@@ -640,6 +674,10 @@ void ShampooBlocks<T>::build_plans() {
     rotate_gradient_ = preconditioning(&B::g, &B::p, &B::q, false);
     rotate_mhat_     = preconditioning(&B::mhat, &B::g, &B::p, false);
     rotate_back_     = preconditioning(&B::g, &B::p, &B::mhat, true);
+    if (filter_rotatable_) {
+      filter_out_ = preconditioning(&B::filtered, &B::mhat, &B::p, true);
+      filter_in_  = preconditioning(&B::mhat, &B::filtered, &B::p, false);
+    }
   } else {
     apply_roots_ = preconditioning(&B::mhat, &B::p, &B::g, false);
   }
@@ -831,10 +869,12 @@ void ShampooBlocks<T>::accumulate(std::int64_t t) {
       static_cast<T>(b3_),
       static_cast<T>(1.0 - b3_),
       static_cast<T>(1.0 / corr)};
+  // With the filtered gradient in the eigenbasis and no grafting, apply() filters: nothing to do here.
+  const bool elements = !rotated_filter();
   if (host_batched()) {
     host_batch([&](std::size_t bi) {
       factor_grams(bi, true);
-      block_elements_serial<false>(entry(bi), body);
+      if (elements) block_elements_serial<false>(entry(bi), body);
     });
     return;
   }
@@ -842,7 +882,24 @@ void ShampooBlocks<T>::accumulate(std::int64_t t) {
     grams_.run(exec_, static_cast<T>(factor_w_), static_cast<T>(b2_), gemm_backend());
   else
     for (std::size_t bi = 0; bi < blocks_.size(); ++bi) factor_grams(bi, false);
-  each_block_element<false>("koptim::Shampoo::accumulate", body);
+  if (elements) each_block_element<false>("koptim::Shampoo::accumulate", body);
+}
+
+// The filtered gradient of every owned block out of the eigenbasis into mhat (out), or from mhat
+// into the eigenbasis (before the first computation X = I: copies).
+template <class T>
+void ShampooBlocks<T>::rotate_filter(bool out) {
+  if (host_batched()) {
+    host_batch([&](std::size_t bi) {
+      auto& b = blocks_[bi];
+      if (out)
+        precondition(b, b.filtered, b.mhat, b.p, true, true);
+      else
+        precondition(b, b.mhat, b.filtered, b.p, false, true);
+    });
+    return;
+  }
+  precondition_all(out ? filter_out_ : filter_in_);
 }
 
 // Eigenvalue correction (docs/shampoo.md step 3): E <- b2 E + w R^2, R = G rotated into the eigenbasis, after the
@@ -906,6 +963,24 @@ void ShampooBlocks<T>::host_batch(const F& f) {
 // Step 2 (docs/shampoo.md): inverse roots (or eigenvectors) of every factor, batched by size.
 template <class T>
 void ShampooBlocks<T>::amortized(std::int64_t t) {
+  if (!rotated_filter()) {
+    compute_bases(t);
+    return;
+  }
+  // The filtered gradient leaves the old eigenbasis and enters the new one; also when the
+  // computation throws, so that it stays in the basis the next steps use.
+  rotate_filter(true);
+  try {
+    compute_bases(t);
+  } catch (...) {
+    rotate_filter(false);
+    throw;
+  }
+  rotate_filter(false);
+}
+
+template <class T>
+void ShampooBlocks<T>::compute_bases(std::int64_t t) {
   const double scale = o_.use_bias_correction && b2_ < 1.0 ? 1.0 / (1.0 - std::pow(b2_, static_cast<double>(t))) : 1.0;
   std::vector<char> block_failed(blocks_.size(), 0);
   step_failures_ = step_fallbacks_ = 0;
@@ -1126,6 +1201,16 @@ void ShampooBlocks<T>::apply(std::int64_t t, const std::vector<double>& lrs, con
       o_.grafting == Grafting::AdaGrad || o_.grafting == Grafting::RMSProp || o_.grafting == Grafting::Adam,
       static_cast<T>(1.0 / graft_bc), static_cast<T>(o_.grafting_epsilon)};
   const CorrectedDivideBody<T> divide{static_cast<T>(1.0 / bc), static_cast<T>(o_.epsilon)};
+  const bool rotated = corrected && rotated_filter();
+  const double corr = o_.use_bias_correction && b1_ > 0.0 ? 1.0 - b3_ * std::pow(b1_, static_cast<double>(t - 1)) : 1.0;
+  const RotatedDirectionBody<T> rotated_direction{b3_ != b1_,
+                                                  static_cast<T>(b1_),
+                                                  static_cast<T>(1.0 - b1_),
+                                                  static_cast<T>(b3_),
+                                                  static_cast<T>(1.0 - b3_),
+                                                  static_cast<T>(1.0 / corr),
+                                                  static_cast<T>(1.0 / bc),
+                                                  static_cast<T>(o_.epsilon)};
   const GraftRatioBody<T> ratio{graft_ratio_.data()};
   // Each form in the same order per block: the bodies are the same, and so are the results.
   if (host_batched()) {
@@ -1133,7 +1218,10 @@ void ShampooBlocks<T>::apply(std::int64_t t, const std::vector<double>& lrs, con
       auto& b       = blocks_[bi];
       const auto& e = entry(bi);
       if (graft) block_elements_serial<false>(e, direction);
-      if (corrected) {
+      if (rotated) {
+        block_elements_serial<false>(e, rotated_direction);  // g = the direction in the eigenbasis
+        precondition(b, b.g, b.p, b.mhat, true, true);
+      } else if (corrected) {
         precondition(b, b.mhat, b.g, b.p, false, true);  // g = rotated M_hat
         block_elements_serial<false>(e, divide);
         precondition(b, b.g, b.p, b.mhat, true, true);
@@ -1146,7 +1234,10 @@ void ShampooBlocks<T>::apply(std::int64_t t, const std::vector<double>& lrs, con
     return;
   }
   if (graft) each_block_element<false>("koptim::Shampoo::graft_direction", direction);
-  if (corrected) {
+  if (rotated) {
+    each_block_element<false>("koptim::Shampoo::eigenvalue_corrected", rotated_direction);
+    precondition_all(rotate_back_);
+  } else if (corrected) {
     precondition_all(rotate_mhat_);
     each_block_element<false>("koptim::Shampoo::eigenvalue_corrected", divide);
     precondition_all(rotate_back_);
@@ -1185,7 +1276,7 @@ void ShampooBlocks<T>::export_tensors(OptimizerState& s) const {
   s.integers[std::string("shampoo/") + (std::is_same<T, float>::value ? "f32" : "f64") + "/roots_ready"] = roots;
   for (const auto& b : blocks_) {
     const std::string k = key(b);
-    put(k + "/filtered_grad", b.filtered, b.shape);
+    put(filter_key(b), b.filtered, b.shape);
     put(k + "/graft", b.graft, b.shape);
     put(k + "/momentum", b.momentum, b.shape);
     put(k + "/eigenvalue_correction", b.correction, b.shape);
@@ -1250,7 +1341,13 @@ void ShampooBlocks<T>::check_entries(const OptimizerState& s, Optimizer::StateKe
   const std::int64_t tolerated = o_.num_tolerated_failed_amortized_computations;
   for (const auto& b : blocks_) {
     const std::string k = key(b);
-    if (b.filtered.size()) need(k + "/filtered_grad", b.shape, finite);
+    // Kept in the eigenbasis, it is also read in the parameters' coordinates (a state written with
+    // filter_in_eigenbasis(false), or by a koptim before it), and rotated in by import_tensors.
+    if (b.filtered.size())
+      need(rotated_filter() && !s.tensors.count(filter_key(b)) && s.tensors.count(k + "/filtered_grad")
+               ? k + "/filtered_grad"
+               : filter_key(b),
+           b.shape, finite);
     if (b.graft.size()) need(k + "/graft", b.shape, nonnegative);
     if (b.momentum.size()) need(k + "/momentum", b.shape, finite);
     if (b.correction.size()) need(k + "/eigenvalue_correction", b.shape, nonnegative);
@@ -1286,9 +1383,14 @@ void ShampooBlocks<T>::import_tensors(const OptimizerState& s) {
   };
   roots_ready_ =
       s.integers.at(std::string("shampoo/") + (std::is_same<T, float>::value ? "f32" : "f64") + "/roots_ready") != 0;
+  bool rotate_in = false;  // a filtered gradient in the parameters' coordinates, kept in the eigenbasis
   for (auto& b : blocks_) {
     const std::string k = key(b);
-    if (b.filtered.size()) get(k + "/filtered_grad", b.filtered.data(), b.size);
+    if (b.filtered.size()) {
+      const bool plain = rotated_filter() && !s.tensors.count(filter_key(b));
+      get(plain ? k + "/filtered_grad" : filter_key(b), (plain ? b.mhat : b.filtered).data(), b.size);
+      rotate_in = rotate_in || plain;
+    }
     if (b.graft.size()) get(k + "/graft", b.graft.data(), b.size);
     if (b.momentum.size()) get(k + "/momentum", b.momentum.data(), b.size);
     if (b.correction.size()) get(k + "/eigenvalue_correction", b.correction.data(), b.size);
@@ -1302,6 +1404,13 @@ void ShampooBlocks<T>::import_tensors(const OptimizerState& s) {
       get(k + (o_.eigenvalue_corrected ? "/eigenvectors" : "/root") + std::to_string(j),
           bank.X.data() + f.slot * f.n * f.n, f.n * f.n);
     }
+  }
+  if (rotate_in) {
+    // Every block's (check_entries took one form for every block or the other, per block: a block
+    // read in the eigenbasis holds it in filtered already, and is not rotated).
+    for (auto& b : blocks_)
+      if (b.filtered.size() && !s.tensors.count(filter_key(b))) precondition(b, b.mhat, b.filtered, b.p, false, false);
+    Impl::fence(exec_, "koptim::Shampoo::import_state: the filtered gradient into the eigenbasis");
   }
 }
 
@@ -1589,6 +1698,13 @@ void Shampoo::update(const ExecutionSpace& exec, std::int64_t t, const std::vect
   f32_->write_back();
   f64_->write_back();
   lap(times_.write_back);
+}
+
+void Shampoo::filter_in_eigenbasis(bool on) {
+  if (on != filter_in_eigenbasis_ && step_count() > 0)
+    throw ConfigError("koptim::Shampoo::filter_in_eigenbasis: only before the first step (this optimizer has taken " +
+                      std::to_string(step_count()) + "); the filtered gradient it holds is in one form");
+  filter_in_eigenbasis_ = on;
 }
 
 Optimizer::StatePart Shampoo::state_part(const std::string& key) const {

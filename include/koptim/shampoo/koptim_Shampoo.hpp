@@ -156,6 +156,16 @@ class Shampoo : public Optimizer {
   // Off by default. The same results to rounding (sums in another order than BLAS's).
   void portable_products(bool on) { portable_products_ = on; }
   bool portable_products() const { return portable_products_; }
+  // The eigenvalue-corrected variant without grafting (and with betas[0] > 0) keeps its filtered
+  // gradient in the factors' eigenbasis (on by default): the rotated M_hat then comes from the
+  // rotated gradient, which the eigenvalue correction computes anyway, and a step makes two mode
+  // products per preconditioned dimension instead of three (the filtered gradient is rotated
+  // between bases only when they are refreshed). Off: kept in the parameters' coordinates and
+  // rotated at every step, as the reference implementation does; the same results to rounding, for
+  // comparison. The state holds it under its own key in each form. Only before the first step:
+  // ConfigError after.
+  void filter_in_eigenbasis(bool on);
+  bool filter_in_eigenbasis() const { return filter_in_eigenbasis_; }
 
   // A block's entries ("<name>/block<b>/...") are kept by the ranks that compute it.
   StatePart state_part(const std::string& key) const override;
@@ -176,6 +186,7 @@ class Shampoo : public Optimizer {
   bool time_phases_          = false;
   bool batch_blocks_on_host_ = true;
   bool portable_products_    = false;
+  bool filter_in_eigenbasis_ = true;
   std::unique_ptr<Impl::ShampooBlocks<float>> f32_;
   std::unique_ptr<Impl::ShampooBlocks<double>> f64_;
 };

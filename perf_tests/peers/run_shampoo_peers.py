@@ -48,7 +48,7 @@ def koptim_round(binary, threads):
     # single-threaded, as docs/shampoo.md advises (OPENBLAS_NUM_THREADS=1).
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OMP_PROC_BIND="spread", OMP_PLACES="threads",
                OPENBLAS_NUM_THREADS="1")
-    out = subprocess.run([binary, "--benchmark_filter=BM_TransformerStep/./12/", "--benchmark_format=json"], env=env,
+    out = subprocess.run([binary, "--benchmark_filter=BM_TransformerStep/./12/0/", "--benchmark_format=json"], env=env,
                          check=True, capture_output=True, text=True).stdout
     data = json.loads(out)
     rows = {}

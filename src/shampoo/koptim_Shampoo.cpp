@@ -476,8 +476,8 @@ class ShampooBlocks {
   // with no preconditioned dimension, and every block before the first root, copied).
   using Slot = Vec<T> BlockState<T>::*;
   struct Preconditioning {
-    Slot in, out, spare;
-    bool inverse_rotation;
+    Slot in = nullptr, out = nullptr, spare = nullptr;
+    bool inverse_rotation = false;
     linalg::ProductPlan<T> plan;
     // out <- in for every block (before the first roots: X = I) and for the blocks without
     // preconditioned dimensions (afterwards): a table each and its chunks, one kernel over them.
@@ -574,6 +574,14 @@ class ShampooBlocks {
   std::string filter_key(const BlockState<T>& b) const {
     return key(b) + (rotated_filter() ? "/filtered_grad_eigenbasis" : "/filtered_grad");
   }
+  // The key a state's filtered gradient is read from: this form's, else (where both forms are
+  // possible) the other form's when the state holds that one alone.
+  std::string filter_source(const OptimizerState& s, const BlockState<T>& b) const {
+    const std::string mine = filter_key(b);
+    if (!filter_rotatable_ || s.tensors.count(mine)) return mine;
+    const std::string other = key(b) + (rotated_filter() ? "/filtered_grad" : "/filtered_grad_eigenbasis");
+    return s.tensors.count(other) ? other : mine;
+  }
   bool roots_ready_           = false;  // a root (or eigenbasis) has been computed: before, X = I exactly
   bool host_batch_            = false;  // host memory and every block within BLAS's int: host_batch runs blocks at once
   std::int64_t failures_kept_ = 0;
@@ -662,13 +670,16 @@ template <class T>
 void ShampooBlocks<T>::build_plans() {
   batched_products_ = std::all_of(blocks_.begin(), blocks_.end(),
                                   [](const BlockState<T>& b) { return linalg::ProductPlan<T>::fits(b.shape); });
-  if (!batched_products_) return;
-  for (const auto& b : blocks_)
-    for (int j = 0; j < static_cast<int>(b.factors.size()); ++j) {
-      const auto& f = b.factors[j];
-      if (f.slot >= 0) grams_.add_gram(0, b.g.data(), b.shape, j, banks_.at(f.n).L.data() + f.slot * f.n * f.n);
-    }
-  grams_.finish();
+  // Without batched products the preconditionings keep their slots only (precondition_all then
+  // runs block after block).
+  if (batched_products_) {
+    for (const auto& b : blocks_)
+      for (int j = 0; j < static_cast<int>(b.factors.size()); ++j) {
+        const auto& f = b.factors[j];
+        if (f.slot >= 0) grams_.add_gram(0, b.g.data(), b.shape, j, banks_.at(f.n).L.data() + f.slot * f.n * f.n);
+      }
+    grams_.finish();
+  }
   using B = BlockState<T>;
   if (o_.eigenvalue_corrected) {
     rotate_gradient_ = preconditioning(&B::g, &B::p, &B::q, false);
@@ -688,6 +699,7 @@ template <class T>
 typename ShampooBlocks<T>::Preconditioning ShampooBlocks<T>::preconditioning(Slot in, Slot out, Slot spare,
                                                                              bool inverse_rotation) const {
   Preconditioning pc{in, out, spare, inverse_rotation, {}, {}, {}};
+  if (!batched_products_) return pc;
   const char trans = o_.eigenvalue_corrected ? (inverse_rotation ? 'T' : 'N') : 'T';
   std::vector<Impl::PieceArrays<T>> all, unpreconditioned;
   for (const auto& b : blocks_) {
@@ -1341,13 +1353,9 @@ void ShampooBlocks<T>::check_entries(const OptimizerState& s, Optimizer::StateKe
   const std::int64_t tolerated = o_.num_tolerated_failed_amortized_computations;
   for (const auto& b : blocks_) {
     const std::string k = key(b);
-    // Kept in the eigenbasis, it is also read in the parameters' coordinates (a state written with
-    // filter_in_eigenbasis(false), or by a koptim before it), and rotated in by import_tensors.
-    if (b.filtered.size())
-      need(rotated_filter() && !s.tensors.count(filter_key(b)) && s.tensors.count(k + "/filtered_grad")
-               ? k + "/filtered_grad"
-               : filter_key(b),
-           b.shape, finite);
+    // Where it may be kept in the eigenbasis, either form is read (a state written with the other
+    // setting of filter_in_eigenbasis, or by a koptim before it), and import_tensors rotates it.
+    if (b.filtered.size()) need(filter_source(s, b), b.shape, finite);
     if (b.graft.size()) need(k + "/graft", b.shape, nonnegative);
     if (b.momentum.size()) need(k + "/momentum", b.shape, finite);
     if (b.correction.size()) need(k + "/eigenvalue_correction", b.shape, nonnegative);
@@ -1383,13 +1391,13 @@ void ShampooBlocks<T>::import_tensors(const OptimizerState& s) {
   };
   roots_ready_ =
       s.integers.at(std::string("shampoo/") + (std::is_same<T, float>::value ? "f32" : "f64") + "/roots_ready") != 0;
-  bool rotate_in = false;  // a filtered gradient in the parameters' coordinates, kept in the eigenbasis
+  bool rotate = false;  // a filtered gradient in the other form
   for (auto& b : blocks_) {
     const std::string k = key(b);
     if (b.filtered.size()) {
-      const bool plain = rotated_filter() && !s.tensors.count(filter_key(b));
-      get(plain ? k + "/filtered_grad" : filter_key(b), (plain ? b.mhat : b.filtered).data(), b.size);
-      rotate_in = rotate_in || plain;
+      const bool other = filter_source(s, b) != filter_key(b);
+      get(filter_source(s, b), (other ? b.mhat : b.filtered).data(), b.size);
+      rotate = rotate || other;
     }
     if (b.graft.size()) get(k + "/graft", b.graft.data(), b.size);
     if (b.momentum.size()) get(k + "/momentum", b.momentum.data(), b.size);
@@ -1405,12 +1413,13 @@ void ShampooBlocks<T>::import_tensors(const OptimizerState& s) {
           bank.X.data() + f.slot * f.n * f.n, f.n * f.n);
     }
   }
-  if (rotate_in) {
-    // Every block's (check_entries took one form for every block or the other, per block: a block
-    // read in the eigenbasis holds it in filtered already, and is not rotated).
+  if (rotate) {
+    // Once every basis is in: the blocks whose filtered gradient came in the other form, from mhat
+    // into the eigenbasis or out of it.
     for (auto& b : blocks_)
-      if (b.filtered.size() && !s.tensors.count(filter_key(b))) precondition(b, b.mhat, b.filtered, b.p, false, false);
-    Impl::fence(exec_, "koptim::Shampoo::import_state: the filtered gradient into the eigenbasis");
+      if (b.filtered.size() && filter_source(s, b) != filter_key(b))
+        precondition(b, b.mhat, b.filtered, b.p, !rotated_filter(), false);
+    Impl::fence(exec_, "koptim::Shampoo::import_state: the filtered gradient between forms");
   }
 }
 

@@ -538,6 +538,14 @@ struct FilterModel {
     c.set(true, [&](std::int64_t i) { return koptim_test::value(24, 1, s, i); });
     v.set(true, [&](std::int64_t i) { return koptim_test::value(24, 2, s, i); });
   }
+  // Another model's parameter values.
+  void copy_values(const FilterModel& from) {
+    for (auto* t : {&a, &c, &v}) {
+      const auto* f = t == &a ? &from.a : t == &c ? &from.c : &from.v;
+      const auto x  = f->get();
+      t->set(false, [&](std::int64_t i) { return x[static_cast<std::size_t>(i)]; });
+    }
+  }
   std::vector<double> values() const {
     std::vector<double> out;
     for (const auto* t : {&a, &c, &v}) {
@@ -608,10 +616,7 @@ TEST(Shampoo, FilterInEigenbasisEqualsRotatingEveryStep) {
       // The state in the parameters' coordinates, into a third optimizer that keeps it in the
       // eigenbasis (with off's parameter values): the same trajectory on.
       FilterModel loaded;
-      const auto av = off.a.get(), cv = off.c.get(), vv = off.v.get();
-      loaded.a.set(false, [&](std::int64_t i) { return av[static_cast<std::size_t>(i)]; });
-      loaded.c.set(false, [&](std::int64_t i) { return cv[static_cast<std::size_t>(i)]; });
-      loaded.v.set(false, [&](std::int64_t i) { return vv[static_cast<std::size_t>(i)]; });
+      loaded.copy_values(off);
       auto d = koptim::create(loaded.params, c.second);
       dynamic_cast<koptim::Shampoo&>(*d).batch_blocks_on_host(host_batch);
       d->import_state(state_off);
@@ -628,10 +633,7 @@ TEST(Shampoo, FilterInEigenbasisEqualsRotatingEveryStep) {
       EXPECT_LE(max_difference(loaded.values(), off.values()), 1e-13);
       // And the eigenbasis form's state into the plain form (rotated out): the same trajectory.
       FilterModel plain;
-      const auto ov = on.a.get(), oc = on.c.get(), ow = on.v.get();
-      plain.a.set(false, [&](std::int64_t i) { return ov[static_cast<std::size_t>(i)]; });
-      plain.c.set(false, [&](std::int64_t i) { return oc[static_cast<std::size_t>(i)]; });
-      plain.v.set(false, [&](std::int64_t i) { return ow[static_cast<std::size_t>(i)]; });
+      plain.copy_values(on);
       auto e = koptim::create(plain.params, c.second);
       dynamic_cast<koptim::Shampoo&>(*e).filter_in_eigenbasis(false);
       dynamic_cast<koptim::Shampoo&>(*e).batch_blocks_on_host(host_batch);

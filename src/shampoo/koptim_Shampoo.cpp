@@ -260,24 +260,40 @@ struct SquaredNormBody {
   }
 };
 
+// The filter of step 4: F <- b1 F + (1 - b1) x; returns M_hat (from the old F with b3 != b1),
+// bias-corrected. In the parameters' coordinates (x = G) or in the eigenbasis (x = R).
+template <class T>
+struct Filter {
+  bool separate;
+  T b1, one_minus_b1, b3, one_minus_b3, inv_corr;
+  KOKKOS_INLINE_FUNCTION T operator()(T& f, const T x) const {
+    const T old  = f;
+    const T next = b1 * old + one_minus_b1 * x;
+    f            = next;
+    return (separate ? b3 * old + one_minus_b3 * x : next) * inv_corr;
+  }
+};
+
+// The eigenvalue-corrected direction in the eigenbasis: m over sqrt(E) + eps. With epsilon = 0 a
+// coordinate whose second moment is still 0 gets no step (not 0/0).
+template <class T>
+KOKKOS_INLINE_FUNCTION T corrected_direction(const T m, const T e, const T inv_bc, const T eps) {
+  const T den = Impl::sqrt(e * inv_bc) + eps;
+  return den > T(0) ? m / den : T(0);
+}
+
 // The grafting accumulator, the filtered gradient and its bias correction (mhat = M_hat of step 4).
 template <class T>
 struct AccumulateBody {
-  bool graft, adagrad, filter, separate;
-  T gb, one_minus_gb, b1, one_minus_b1, b3, one_minus_b3, inv_corr;
+  bool graft, adagrad, filter;
+  T gb, one_minus_gb;
+  Filter<T> filtered;
   KOKKOS_INLINE_FUNCTION void operator()(const BlockPointers<T>& b, std::int64_t e, std::int64_t) const {
     const T ge = b.g[e];
     if (graft)
       b.graft[e] =
           adagrad ? Impl::accumulate_square(b.graft[e], ge) : Impl::ema_square(b.graft[e], ge, gb, one_minus_gb);
-    if (!filter) {
-      b.mhat[e] = ge;
-      return;
-    }
-    const T old   = b.filtered[e];
-    const T next  = b1 * old + one_minus_b1 * ge;
-    b.filtered[e] = next;
-    b.mhat[e]     = (separate ? b3 * old + one_minus_b3 * ge : next) * inv_corr;
+    b.mhat[e] = filter ? filtered(b.filtered[e], ge) : ge;
   }
 };
 
@@ -291,20 +307,14 @@ struct CorrectionBody {
 };
 
 // Eigenvalue-corrected, the filtered gradient F kept in the eigenbasis (Shampoo::filter_in_eigenbasis):
-// with R (in p) the rotated G, AccumulateBody's filter in rotated coordinates (the rotation is linear),
-// F <- b1 F + (1 - b1) R and the rotated M_hat, then CorrectedDivideBody's direction, into g.
+// with R (in p) the rotated G, the filter in rotated coordinates (the rotation is linear) and the
+// direction from the rotated M_hat, into g.
 template <class T>
 struct RotatedDirectionBody {
-  bool separate;
-  T b1, one_minus_b1, b3, one_minus_b3, inv_corr, inv_bc, eps;
+  Filter<T> filtered;
+  T inv_bc, eps;
   KOKKOS_INLINE_FUNCTION void operator()(const BlockPointers<T>& b, std::int64_t e, std::int64_t) const {
-    const T r     = b.p[e];
-    const T old   = b.filtered[e];
-    const T next  = b1 * old + one_minus_b1 * r;
-    b.filtered[e] = next;
-    const T m     = (separate ? b3 * old + one_minus_b3 * r : next) * inv_corr;
-    const T den   = Impl::sqrt(b.correction[e] * inv_bc) + eps;
-    b.g[e]        = den > T(0) ? m / den : T(0);
+    b.g[e] = corrected_direction(filtered(b.filtered[e], b.p[e]), b.correction[e], inv_bc, eps);
   }
 };
 
@@ -318,14 +328,12 @@ struct GraftDirectionBody {
   }
 };
 
-// Eigenvalue-corrected direction in the eigenbasis: the rotated M_hat (in g) over sqrt(E) + eps.
-// With epsilon = 0 a coordinate whose second moment is still 0 gets no step (not 0/0).
+// Eigenvalue-corrected direction in the eigenbasis from the rotated M_hat (in g).
 template <class T>
 struct CorrectedDivideBody {
   T inv_bc, eps;
   KOKKOS_INLINE_FUNCTION void operator()(const BlockPointers<T>& b, std::int64_t e, std::int64_t) const {
-    const T den = Impl::sqrt(b.correction[e] * inv_bc) + eps;
-    b.g[e]      = den > T(0) ? b.g[e] / den : T(0);
+    b.g[e] = corrected_direction(b.g[e], b.correction[e], inv_bc, eps);
   }
 };
 
@@ -513,6 +521,13 @@ class ShampooBlocks {
     return owner_.portable_products() ? linalg::BatchedGemmBackend::portable : linalg::BatchedGemmBackend::automatic;
   }
   std::string key(const BlockState<T>& b) const { return ps_[b.param].name + "/block" + std::to_string(b.block); }
+  // Step t's filter (its bias correction 1 - b3 b1^(t-1) with use_bias_correction and b1 > 0).
+  Filter<T> filter(std::int64_t t) const {
+    const double corr =
+        o_.use_bias_correction && b1_ > 0.0 ? 1.0 - b3_ * std::pow(b1_, static_cast<double>(t - 1)) : 1.0;
+    return {b3_ != b1_,          static_cast<T>(b1_),       static_cast<T>(1.0 - b1_),
+            static_cast<T>(b3_), static_cast<T>(1.0 - b3_), static_cast<T>(1.0 / corr)};
+  }
 
   const Shampoo& owner_;
   const ParameterSet& ps_;
@@ -867,20 +882,13 @@ void ShampooBlocks<T>::factor_grams(std::size_t bi, bool serial) {
 template <class T>
 void ShampooBlocks<T>::accumulate(std::int64_t t) {
   for (auto& b : blocks_) b.trace = next_trace(b);
-  const bool filter = b1_ > 0.0;
-  const double corr = o_.use_bias_correction && filter ? 1.0 - b3_ * std::pow(b1_, static_cast<double>(t - 1)) : 1.0;
   const AccumulateBody<T> body{
       o_.grafting == Grafting::AdaGrad || o_.grafting == Grafting::RMSProp || o_.grafting == Grafting::Adam,
       o_.grafting == Grafting::AdaGrad,
-      filter,
-      b3_ != b1_,
+      b1_ > 0.0,
       static_cast<T>(graft_beta_),
       static_cast<T>(1.0 - graft_beta_),
-      static_cast<T>(b1_),
-      static_cast<T>(1.0 - b1_),
-      static_cast<T>(b3_),
-      static_cast<T>(1.0 - b3_),
-      static_cast<T>(1.0 / corr)};
+      filter(t)};
   // With the filtered gradient in the eigenbasis and no grafting, apply() filters: nothing to do here.
   const bool elements = !rotated_filter();
   if (host_batched()) {
@@ -901,17 +909,15 @@ void ShampooBlocks<T>::accumulate(std::int64_t t) {
 // into the eigenbasis (before the first computation X = I: copies).
 template <class T>
 void ShampooBlocks<T>::rotate_filter(bool out) {
+  const Preconditioning& pc = out ? filter_out_ : filter_in_;
   if (host_batched()) {
     host_batch([&](std::size_t bi) {
       auto& b = blocks_[bi];
-      if (out)
-        precondition(b, b.filtered, b.mhat, b.p, true, true);
-      else
-        precondition(b, b.mhat, b.filtered, b.p, false, true);
+      precondition(b, b.*pc.in, b.*pc.out, b.*pc.spare, pc.inverse_rotation, true);
     });
     return;
   }
-  precondition_all(out ? filter_out_ : filter_in_);
+  precondition_all(pc);
 }
 
 // Eigenvalue correction (docs/shampoo.md step 3): E <- b2 E + w R^2, R = G rotated into the eigenbasis, after the
@@ -1214,15 +1220,7 @@ void ShampooBlocks<T>::apply(std::int64_t t, const std::vector<double>& lrs, con
       static_cast<T>(1.0 / graft_bc), static_cast<T>(o_.grafting_epsilon)};
   const CorrectedDivideBody<T> divide{static_cast<T>(1.0 / bc), static_cast<T>(o_.epsilon)};
   const bool rotated = corrected && rotated_filter();
-  const double corr = o_.use_bias_correction && b1_ > 0.0 ? 1.0 - b3_ * std::pow(b1_, static_cast<double>(t - 1)) : 1.0;
-  const RotatedDirectionBody<T> rotated_direction{b3_ != b1_,
-                                                  static_cast<T>(b1_),
-                                                  static_cast<T>(1.0 - b1_),
-                                                  static_cast<T>(b3_),
-                                                  static_cast<T>(1.0 - b3_),
-                                                  static_cast<T>(1.0 / corr),
-                                                  static_cast<T>(1.0 / bc),
-                                                  static_cast<T>(o_.epsilon)};
+  const RotatedDirectionBody<T> rotated_direction{filter(t), static_cast<T>(1.0 / bc), static_cast<T>(o_.epsilon)};
   const GraftRatioBody<T> ratio{graft_ratio_.data()};
   // Each form in the same order per block: the bodies are the same, and so are the results.
   if (host_batched()) {
@@ -1395,8 +1393,9 @@ void ShampooBlocks<T>::import_tensors(const OptimizerState& s) {
   for (auto& b : blocks_) {
     const std::string k = key(b);
     if (b.filtered.size()) {
-      const bool other = filter_source(s, b) != filter_key(b);
-      get(filter_source(s, b), (other ? b.mhat : b.filtered).data(), b.size);
+      const std::string source = filter_source(s, b);
+      const bool other         = source != filter_key(b);
+      get(source, (other ? b.mhat : b.filtered).data(), b.size);
       rotate = rotate || other;
     }
     if (b.graft.size()) get(k + "/graft", b.graft.data(), b.size);

@@ -12,10 +12,13 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <memory>
 #include <sstream>
+#include <string>
+#include <vector>
 
 namespace {
 
@@ -576,6 +579,51 @@ TEST(Config, ReferenceListsEveryKey) {
       if (!valid->entry(it).isList()) EXPECT_NE(ref.find("`" + valid->name(it) + "`"), std::string::npos);
   }
   EXPECT_NE(ref.find("`lr_schedule/warmup_steps`"), std::string::npos);
+}
+
+// Every YAML and XML parameter list shown in README.md and docs/*.md is read by
+// read_parameter_list and builds its optimizer: an example a user copies works as written.
+TEST(Config, DocumentationExamplesAreValidLists) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> files{fs::path(KOPTIM_SOURCE_DIR) / "README.md"};
+  for (const auto& e : fs::directory_iterator(fs::path(KOPTIM_SOURCE_DIR) / "docs"))
+    if (e.path().extension() == ".md") files.push_back(e.path());
+  int examples = 0;
+  for (const auto& file : files) {
+    std::ifstream in(file);
+    ASSERT_TRUE(in) << file;
+    std::string line, language, text;
+    int first_line = 0;
+    for (int number = 1; std::getline(in, line); ++number) {
+      if (language.empty()) {
+        if (line == "```yaml" || line == "```xml") {
+          language   = line.substr(3);
+          first_line = number + 1;
+          text.clear();
+        }
+        continue;
+      }
+      if (line != "```") {
+        text += line + "\n";
+        continue;
+      }
+      const std::string where = file.filename().string() + ":" + std::to_string(first_line);
+      const std::string path  = ::testing::TempDir() + "koptim_doc_example." + language;
+      std::ofstream(path) << text;
+      try {
+        Fixture f;
+        koptim::create(f.params, *koptim::read_parameter_list(path));
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << where << ": " << e.what() << "\n" << text;
+      }
+      std::remove(path.c_str());
+      ++examples;
+      language.clear();
+    }
+    EXPECT_TRUE(language.empty()) << file << ": a " << language << " block from line " << first_line
+                                  << " is not closed";
+  }
+  EXPECT_GE(examples, 3);  // docs/parameters.md's YAML and XML, docs/gefen.md's YAML
 }
 
 }  // namespace

@@ -18,6 +18,8 @@
 #include <functional>
 #include <iterator>
 #include <memory>
+#include <string>
+#include <vector>
 
 namespace {
 
@@ -192,6 +194,60 @@ TEST(Checkpoint, LargeTensorsRoundTrip) {
   lo.load_parameters         = false;
   koptim::io::load_checkpoint(path, *fresh, lo);
   EXPECT_TRUE(opt->export_state() == fresh->export_state());
+}
+
+// An optimizer with a communicator of its own saves and loads over it: the options may name that
+// communicator again (or a duplicate: the same ranks in the same order) or none; any other is
+// refused on every rank before anything is written or changed (at 1 rank every one-rank
+// communicator is a duplicate).
+TEST(Checkpoint, TheOptionsNameTheOptimizersCommunicatorOrNone) {
+  CheckpointModel a;
+  auto opt               = make(a, "AdamWSharded", 3);
+  const std::string path = file("options_comm");
+  koptim::io::save_checkpoint(path, *opt, save_options());  // world(): a duplicate of the optimizer's
+  koptim::io::save_checkpoint(path, *opt, koptim::io::SaveOptions{});
+  koptim::io::load_checkpoint(path, *opt, load_options());
+  koptim::io::load_checkpoint(path, *opt, koptim::io::LoadOptions{});
+  const std::string saved = read_all(path);
+
+  MPI_Comm reversed_comm;
+  MPI_Comm_split(world()->mpi_comm(), 0, world()->size() - world()->rank(), &reversed_comm);
+  auto reversed = koptim::comm::Communicator::create(reversed_comm);
+  MPI_Comm_free(&reversed_comm);
+  auto self = koptim::comm::Communicator::create(MPI_COMM_SELF);
+  struct Other {
+    std::shared_ptr<koptim::comm::Communicator> comm;
+    std::vector<std::string> fragments;
+  };
+  std::vector<Other> others;
+  if (world()->size() > 1) {
+    const std::string n = std::to_string(world()->size());
+    others.push_back({reversed,
+                      {"a communicator of " + n + " ranks that is not the optimizer's own (" + n + " ranks)",
+                       "the same ranks in another order"}});
+    others.push_back({self, {"a communicator of 1 ranks that is not the optimizer's own (" + n + " ranks)"}});
+  }
+  for (const auto& other : others) {
+    koptim::io::SaveOptions so;
+    so.comm = other.comm;
+    expect_error<koptim::ConfigError>([&] { koptim::io::save_checkpoint(path, *opt, so); },
+                                      [&] {
+                                        auto f = other.fragments;
+                                        f.push_back("koptim::io::save_checkpoint");
+                                        return f;
+                                      }());
+    EXPECT_EQ(read_all(path), saved) << "the file changed";
+    MPI_Barrier(world()->mpi_comm());
+    const auto state  = opt->export_state();
+    const auto values = a.bytes();
+    koptim::io::LoadOptions lo;
+    lo.comm = other.comm;
+    expect_error<koptim::ConfigError>([&] { koptim::io::load_checkpoint(path, *opt, lo); }, other.fragments);
+    EXPECT_TRUE(state == opt->export_state()) << "the optimizer's state changed";
+    EXPECT_TRUE(values == a.bytes()) << "the parameters changed";
+  }
+  MPI_Barrier(world()->mpi_comm());
+  if (world()->rank() == 0) std::remove(path.c_str());
 }
 
 TEST(Checkpoint, OptimizerOnlyLeavesTheParameters) {

@@ -512,10 +512,20 @@ struct Ranks {
 Ranks ranks_of(const Optimizer& opt, const std::shared_ptr<comm::Communicator>& given, const char* where) {
   Ranks r;
   r.comm = opt.communicator();
-  if (r.comm && given && given->size() != r.comm->size()) {
-    throw ConfigError(std::string("koptim::io::") + where + ": the optimizer's communicator has " +
-                      std::to_string(r.comm->size()) + " ranks but the options name one of " +
-                      std::to_string(given->size()));
+  if (r.comm && given) {
+    // The optimizer's communicator is used; the options may name it again (or a duplicate of it:
+    // the same ranks in the same order), nothing else. Decided together: every rank refuses or
+    // none does (a rank that went on alone would wait in the save's collectives).
+    r.together([&] {
+      int relation = MPI_UNEQUAL;
+      MPI_Comm_compare(given->mpi_comm(), r.comm->mpi_comm(), &relation);
+      if (relation == MPI_IDENT || relation == MPI_CONGRUENT) return;
+      throw ConfigError(std::string("koptim::io::") + where + ": the options name a communicator of " +
+                        std::to_string(given->size()) + " ranks that is not the optimizer's own (" +
+                        std::to_string(r.comm->size()) + " ranks) nor a duplicate of it" +
+                        (relation == MPI_SIMILAR ? " (it holds the same ranks in another order)" : "") +
+                        "; the optimizer saves and loads over its own communicator: name that one, or none");
+    });
   }
   if (!r.comm) r.comm = given;
   return r;

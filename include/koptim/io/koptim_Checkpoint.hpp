@@ -63,7 +63,9 @@ struct SaveOptions {
   Metadata metadata;
   // The ranks that save together when the optimizer keeps no communicator of its own
   // (replicated data-parallel training): every rank must call save_checkpoint, and one file is
-  // written. Ignored (but must have the same size) when the optimizer has a communicator.
+  // written. When the optimizer has a communicator it saves over that one: the options may name
+  // it again, or a duplicate of it (the same ranks in the same order), or none; any other is
+  // refused with ConfigError on every rank, nothing written.
   std::shared_ptr<comm::Communicator> comm;
 };
 
@@ -72,7 +74,7 @@ struct LoadOptions {
   // SaveOptions::save_parameters = false is refused with ConfigError, nothing changed); false
   // restores the optimizer alone and leaves the parameters as they are.
   bool load_parameters = true;
-  // As SaveOptions::comm.
+  // As SaveOptions::comm (another communicator than the optimizer's: refused, nothing changed).
   std::shared_ptr<comm::Communicator> comm;
   // false: a checkpoint written with another configuration (any entry LoadReport's
   // configuration_changes would list: a key of the parameter list, a parameter's group or a

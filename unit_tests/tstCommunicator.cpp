@@ -9,6 +9,7 @@
 #include <mpi.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -112,6 +113,32 @@ std::string message_of(F&& f) {
 }
 
 }  // namespace
+
+// KOPTIM_MPI_CUDA_AWARE overrides the MPI's own answer with exactly 0 or 1; anything else is
+// refused naming the variable (it is read only for device memory, so asked directly here).
+TEST(Communicator, CudaAwareOverrideIsZeroOrOne) {
+  const char* old         = std::getenv("KOPTIM_MPI_CUDA_AWARE");
+  const std::string saved = old ? old : "";
+  setenv("KOPTIM_MPI_CUDA_AWARE", "1", 1);
+  EXPECT_TRUE(koptim::Impl::mpi_reports_cuda_support());
+  setenv("KOPTIM_MPI_CUDA_AWARE", "0", 1);
+  EXPECT_FALSE(koptim::Impl::mpi_reports_cuda_support());
+  for (const char* v : {"", "false", "no", "00", "1 ", "true", "2"}) {
+    setenv("KOPTIM_MPI_CUDA_AWARE", v, 1);
+    try {
+      koptim::Impl::mpi_reports_cuda_support();
+      ADD_FAILURE() << "accepted '" << v << "'";
+    } catch (const koptim::ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("KOPTIM_MPI_CUDA_AWARE = '") + v + "' is not allowed"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  if (old)
+    setenv("KOPTIM_MPI_CUDA_AWARE", saved.c_str(), 1);
+  else
+    unsetenv("KOPTIM_MPI_CUDA_AWARE");
+}
 
 TEST(Communicator, AllReduceSumWorld) {
   check_all_reduce<float>(MPI_COMM_WORLD);

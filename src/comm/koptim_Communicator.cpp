@@ -338,7 +338,14 @@ namespace Impl {
 
 bool mpi_reports_cuda_support() {
   // An override for MPIs without a query (Cray MPICH, MVAPICH2): KOPTIM_MPI_CUDA_AWARE=0/1.
-  if (const char* e = std::getenv("KOPTIM_MPI_CUDA_AWARE")) return std::strcmp(e, "0") != 0;
+  // Exactly 0 or 1: any other value is refused rather than guessed (a "yes" read from "false"
+  // would hand device pointers to an MPI that cannot read them).
+  if (const char* e = std::getenv("KOPTIM_MPI_CUDA_AWARE")) {
+    if (std::strcmp(e, "0") == 0) return false;
+    if (std::strcmp(e, "1") == 0) return true;
+    throw ConfigError(std::string("koptim: the environment variable KOPTIM_MPI_CUDA_AWARE = '") + e +
+                      "' is not allowed; allowed: 0 (the MPI cannot read device memory) or 1 (it can)");
+  }
 #if defined(OMPI_HAVE_MPI_EXT_CUDA) && OMPI_HAVE_MPI_EXT_CUDA
   return MPIX_Query_cuda_support() == 1;
 #else

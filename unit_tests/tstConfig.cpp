@@ -155,6 +155,18 @@ TEST(Config, RejectsOutOfRangeValues) {
   auto r = adamw();
   r.sublist("lr_schedule").set("warmup_steps", -1);
   expect_contains(config_error(r), {"warmup_steps", "-1", "an integer in [0,"});
+  // A decaying schedule's length has no default that could be right (1 would end the decay at the
+  // first step): it must be written.
+  for (const std::string type : {"cosine", "linear", "step"}) {
+    const std::string key = type == "step" ? "step_size" : "total_steps";
+    auto d                = adamw();
+    d.sublist("lr_schedule").set("type", type);
+    d.sublist("lr_schedule").set("warmup_steps", 2);
+    expect_contains(config_error(d),
+                    {"key 'lr_schedule/" + key + "' is required with lr_schedule type '" + type + "'", "required"});
+    d.sublist("lr_schedule").set(key, 10);
+    EXPECT_EQ(config_error(d), "") << type;
+  }
 }
 
 TEST(Config, RejectsInconsistentOptimizerValues) {

@@ -134,6 +134,9 @@ TEST(KeyRanges, EveryDocumentedRangeIsTheAcceptedRange) {
         l.sublist("lr_schedule").set("type", std::string("cosine"));
       if (p.path == "lr_schedule/step_size" || p.path == "lr_schedule/gamma")
         l.sublist("lr_schedule").set("type", std::string("step"));
+      // ... and the schedule's length, which those types require.
+      if (p.path == "lr_schedule/min_lr_factor") l.sublist("lr_schedule").set("total_steps", 10);
+      if (p.path == "lr_schedule/gamma") l.sublist("lr_schedule").set("step_size", 10);
       c.second(l);
       bool built = false;
       std::string message;

@@ -72,10 +72,10 @@ void add_common(ParameterList& l, double lr, double weight_decay, const std::str
       "them with a linear warmup. The keys of the other types must stay at their defaults (they would be ignored).",
       V::choice({"constant", "linear_warmup", "cosine", "linear", "step"}));
   add(s, "warmup_steps", 0, "Steps of linear warmup from lr/warmup_steps to lr.", V::integer(R::warmup_steps));
-  add(s, "total_steps", 1, "cosine, linear: the step at which the decay reaches min_lr_factor.",
+  add(s, "total_steps", 1, "cosine, linear (required with them): the step at which the decay reaches min_lr_factor.",
       V::integer(R::total_steps));
   add(s, "min_lr_factor", 0.0, "cosine, linear: the final factor.", V::real(R::min_lr_factor));
-  add(s, "step_size", 1, "step: steps between two decays.", V::integer(R::step_size));
+  add(s, "step_size", 1, "step (required with it): steps between two decays.", V::integer(R::step_size));
   add(s, "gamma", 0.1, "step: the factor of each decay.", V::real(R::gamma));
 }
 
@@ -326,6 +326,18 @@ void reject_ignored_schedule_keys(const ParameterList& s, const ParameterList& d
 LRSchedule schedule_from(const ParameterList& s) {
   const auto type   = s.get<std::string>("type");
   const auto warmup = static_cast<std::int64_t>(s.get<int>("warmup_steps"));
+// The length of a decaying schedule has no default that could be right: total_steps (cosine,
+// linear) and step_size (step) must be written. A default of 1 would decay to min_lr_factor (0)
+// at the first step, or by gamma at every step, and the training would go on without a word.
+void require_schedule_length(const ParameterList& list, const ParameterList& s, const ParameterList& defaults,
+                             const std::string& optimizer) {
+  const auto type       = s.get<std::string>("type");
+  const std::string key = type == "cosine" || type == "linear" ? "total_steps" : type == "step" ? "step_size" : "";
+  if (key.empty() || (list.isSublist("lr_schedule") && list.sublist("lr_schedule").isParameter(key))) return;
+  throw ConfigError("koptim: key 'lr_schedule/" + key + "' is required with lr_schedule type '" + type +
+                    "' for optimizer " + optimizer + " (" + defaults.getEntry(key).docString() + ")");
+}
+
   LRSchedule sched;
   if (type == "cosine") sched = LRSchedule::cosine(s.get<int>("total_steps"), s.get<double>("min_lr_factor"));
   if (type == "linear") sched = LRSchedule::linear(s.get<int>("total_steps"), s.get<double>("min_lr_factor"));
@@ -385,6 +397,7 @@ ParameterList validated_parameters(const ParameterList& list) {
   return copy;
 }
 
+  require_schedule_length(list, copy.sublist("lr_schedule"), valid->sublist("lr_schedule"), optimizer);
 namespace {
 // The values of a list without its validators and doc strings (what a checkpoint records).
 ParameterList plain_copy(const ParameterList& l) {

@@ -621,6 +621,8 @@ TEST(Shampoo, FilterInEigenbasisEqualsRotatingEveryStep) {
       dynamic_cast<koptim::Shampoo&>(*d).batch_blocks_on_host(host_batch);
       d->import_state(state_off);
       EXPECT_EQ(d->export_state().tensors.count("a/block0/filtered_grad_eigenbasis"), 1u);
+      // The imported filtered gradient is in this optimizer's form now: the form is fixed.
+      EXPECT_THROW(dynamic_cast<koptim::Shampoo&>(*d).filter_in_eigenbasis(false), koptim::ConfigError);
       for (int s = 8; s <= 12; ++s) {
         on.gradients(s);
         off.gradients(s);
@@ -641,6 +643,28 @@ TEST(Shampoo, FilterInEigenbasisEqualsRotatingEveryStep) {
       e->import_state(state_on_now);
       EXPECT_EQ(e->export_state().tensors.count("a/block0/filtered_grad"), 1u);
       for (int s = 13; s <= 15; ++s) {
+      // A state without the filtered gradient is refused naming both keys it may be read from, and
+      // one with both is refused (which is meant?).
+      auto refusal = [&](const koptim::OptimizerState& st) -> std::string {
+        FilterModel other;
+        auto f = koptim::create(other.params, c.second);
+        try {
+          f->import_state(st);
+        } catch (const koptim::StateError& x) {
+          return x.what();
+        }
+        return "";
+      };
+      auto missing = state_on_now;
+      missing.tensors.erase("a/block0/filtered_grad_eigenbasis");
+      EXPECT_NE(refusal(missing).find("no tensor 'a/block0/filtered_grad_eigenbasis' or 'a/block0/filtered_grad'"),
+                std::string::npos)
+          << refusal(missing);
+      auto both                              = state_on_now;
+      both.tensors["a/block0/filtered_grad"] = state_on_now.tensors.at("a/block0/filtered_grad_eigenbasis");
+      EXPECT_NE(refusal(both).find("tensor 'a/block0/filtered_grad', which this optimizer does not hold"),
+                std::string::npos)
+          << refusal(both);
         on.gradients(s);
         plain.gradients(s);
         a->step();

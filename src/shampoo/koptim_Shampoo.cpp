@@ -1353,7 +1353,14 @@ void ShampooBlocks<T>::check_entries(const OptimizerState& s, Optimizer::StateKe
     const std::string k = key(b);
     // Where it may be kept in the eigenbasis, either form is read (a state written with the other
     // setting of filter_in_eigenbasis, or by a koptim before it), and import_tensors rotates it.
-    if (b.filtered.size()) need(filter_source(s, b), b.shape, finite);
+    if (b.filtered.size()) {
+      const std::string source = filter_source(s, b);
+      if (filter_rotatable_ && !s.tensors.count(source))
+        throw StateError(
+            who + "the state has no tensor '" + key(b) + "/filtered_grad_eigenbasis' or '" + key(b) +
+            "/filtered_grad' (the filtered gradient, in the eigenbasis or in the parameters' coordinates)");
+      need(source, b.shape, finite);
+    }
     if (b.graft.size()) need(k + "/graft", b.shape, nonnegative);
     if (b.momentum.size()) need(k + "/momentum", b.shape, finite);
     if (b.correction.size()) need(k + "/eigenvalue_correction", b.shape, nonnegative);
@@ -1662,6 +1669,7 @@ void Shampoo::update(const ExecutionSpace& exec, std::int64_t t, const std::vect
       step_status().refused_parameter = parameter;
       if (policy == NonFiniteGradient::skip_step) {
         step_status().skipped = true;
+  filter_form_fixed_ = true;  // even if this step throws: it may have filtered the gradient already
         return;
       }
       throw NonFiniteError(error);
@@ -1709,9 +1717,12 @@ void Shampoo::update(const ExecutionSpace& exec, std::int64_t t, const std::vect
 }
 
 void Shampoo::filter_in_eigenbasis(bool on) {
-  if (on != filter_in_eigenbasis_ && step_count() > 0)
-    throw ConfigError("koptim::Shampoo::filter_in_eigenbasis: only before the first step (this optimizer has taken " +
-                      std::to_string(step_count()) + "); the filtered gradient it holds is in one form");
+  if (on != filter_in_eigenbasis_ && filter_form_fixed_)
+    throw ConfigError(
+        "koptim::Shampoo::filter_in_eigenbasis: only before the first step and before a state is imported (this "
+        "optimizer has taken " +
+        std::to_string(step_count()) +
+        " steps, or began one that threw, or imported a state); the filtered gradient it holds is in one form");
   filter_in_eigenbasis_ = on;
 }
 
@@ -1748,3 +1759,4 @@ void Shampoo::import_tensors(const OptimizerState& s) {
 }
 
 }  // namespace koptim
+  filter_form_fixed_ = true;

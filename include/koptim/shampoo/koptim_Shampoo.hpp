@@ -162,8 +162,8 @@ class Shampoo : public Optimizer {
   // products per preconditioned dimension instead of three (the filtered gradient is rotated
   // between bases only when they are refreshed). Off: kept in the parameters' coordinates and
   // rotated at every step, as the reference implementation does; the same results to rounding, for
-  // comparison. The state holds it under its own key in each form. Only before the first step:
-  // ConfigError after.
+  // comparison. The state holds it under its own key in each form. Only before the first step
+  // (also one that threw) and before import_state: ConfigError after.
   void filter_in_eigenbasis(bool on);
   bool filter_in_eigenbasis() const { return filter_in_eigenbasis_; }
 
@@ -187,6 +187,7 @@ class Shampoo : public Optimizer {
   bool batch_blocks_on_host_ = true;
   bool portable_products_    = false;
   bool filter_in_eigenbasis_ = true;
+  bool filter_form_fixed_    = false;  // a step began or a state was imported: the form is in use
   std::unique_ptr<Impl::ShampooBlocks<float>> f32_;
   std::unique_ptr<Impl::ShampooBlocks<double>> f64_;
 };

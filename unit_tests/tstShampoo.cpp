@@ -11,6 +11,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <string>
 
 namespace {
 
@@ -620,9 +621,9 @@ TEST(Shampoo, FilterInEigenbasisEqualsRotatingEveryStep) {
       auto d = koptim::create(loaded.params, c.second);
       dynamic_cast<koptim::Shampoo&>(*d).batch_blocks_on_host(host_batch);
       d->import_state(state_off);
-      EXPECT_EQ(d->export_state().tensors.count("a/block0/filtered_grad_eigenbasis"), 1u);
       // The imported filtered gradient is in this optimizer's form now: the form is fixed.
       EXPECT_THROW(dynamic_cast<koptim::Shampoo&>(*d).filter_in_eigenbasis(false), koptim::ConfigError);
+      EXPECT_EQ(d->export_state().tensors.count("a/block0/filtered_grad_eigenbasis"), 1u);
       for (int s = 8; s <= 12; ++s) {
         on.gradients(s);
         off.gradients(s);
@@ -642,7 +643,6 @@ TEST(Shampoo, FilterInEigenbasisEqualsRotatingEveryStep) {
       const auto state_on_now = a->export_state();
       e->import_state(state_on_now);
       EXPECT_EQ(e->export_state().tensors.count("a/block0/filtered_grad"), 1u);
-      for (int s = 13; s <= 15; ++s) {
       // A state without the filtered gradient is refused naming both keys it may be read from, and
       // one with both is refused (which is meant?).
       auto refusal = [&](const koptim::OptimizerState& st) -> std::string {
@@ -665,6 +665,7 @@ TEST(Shampoo, FilterInEigenbasisEqualsRotatingEveryStep) {
       EXPECT_NE(refusal(both).find("tensor 'a/block0/filtered_grad', which this optimizer does not hold"),
                 std::string::npos)
           << refusal(both);
+      for (int s = 13; s <= 15; ++s) {
         on.gradients(s);
         plain.gradients(s);
         a->step();
@@ -699,6 +700,26 @@ TEST(Shampoo, RejectsBadConfiguration) {
   b.set("precondition_frequency", 10);
   b.set("start_preconditioning_step", 5);
   EXPECT_NE(error(b).find("start_preconditioning_step = 5 is not allowed"), std::string::npos) << error(b);
+  // Coupled Newton computes 1/p roots only, without pseudo-inverses: refused at construction, not
+  // at the first root computation (after that step's gradient had entered the factors).
+  auto newton = base;
+  newton.set("root_method", std::string("coupled_newton"));
+  newton.set("use_merge_dims", false);  // w (4 x 3): one block of order 2
+  auto n1 = newton;
+  n1.set("pseudo_inverse", true);
+  n1.set("epsilon", 0.0);
+  EXPECT_NE(error(n1).find("pseudo_inverse = true needs root_method = eigen"), std::string::npos) << error(n1);
+  for (const std::string a : {"0.3", "0.3333333333"}) {
+    auto n2 = newton;
+    n2.sublist("inverse_exponent_override").set("order_2_dim_1", std::stod(a));
+    EXPECT_NE(error(n2).find("inverse_exponent_override/order_2_dim_1 = " + a + " is not one"), std::string::npos)
+        << error(n2);
+  }
+  for (const double a : {1.0 / 3.0, 0.25, 0.0, 1.0}) {
+    auto n3 = newton;
+    n3.sublist("inverse_exponent_override").set("order_2", a);
+    EXPECT_EQ(error(n3), "") << a;
+  }
   auto c = base;
   c.sublist("inverse_exponent_override").set("order_two", 0.5);
   EXPECT_NE(error(c).find("unknown key 'inverse_exponent_override/order_two'"), std::string::npos) << error(c);
@@ -718,9 +739,34 @@ TEST(Shampoo, RejectsBadConfiguration) {
             std::string::npos)
       << error(f);
   auto g = base;
+  g.set("use_merge_dims", false);  // w (4 x 3): one block of order 2 (merged: one of order 1, 12)
   g.sublist("inverse_exponent_override").set("order_2_dim_1", 0.0);
-  g.sublist("inverse_exponent_override").set("order_1", 0.25);
+  g.sublist("inverse_exponent_override").set("order_2", 0.25);
   koptim::create(params, g);  // valid
+  // An override that no block takes would be ignored: w (4 x 3) is one block of order 2 here; with
+  // merged dimensions one block of order 1, and order_2 names none.
+  auto merged = base;
+  merged.sublist("inverse_exponent_override").set("order_2", 0.25);
+  EXPECT_NE(error(merged).find("order_2 matches no block and would be ignored; the blocks have order 1"),
+            std::string::npos)
+      << error(merged);
+  for (const std::string key : {"order_1", "order_3", "order_2_dim_2", "order_1_dim_0"}) {
+    auto u = g;
+    u.sublist("inverse_exponent_override").remove("order_2_dim_1");
+    u.sublist("inverse_exponent_override").remove("order_2");
+    u.sublist("inverse_exponent_override").set(key, 0.25);
+    EXPECT_NE(error(u).find("inverse_exponent_override/" + key +
+                            " matches no block and would be ignored; the blocks have order 2"),
+              std::string::npos)
+        << error(u);
+  }
+  // Without a communicator the process is a world of one rank.
+  auto t = base;
+  t.set("num_trainers_per_group", 2);
+  EXPECT_NE(error(t).find("num_trainers_per_group = 2 is not allowed without a communicator"), std::string::npos)
+      << error(t);
+  t.set("num_trainers_per_group", 1);
+  EXPECT_EQ(error(t), "");
   auto h = base;
   h.set("eigenbasis", std::string("qr"));
   EXPECT_NE(error(h).find("eigenbasis = qr needs eigenvalue_corrected = true"), std::string::npos) << error(h);
@@ -781,7 +827,7 @@ TEST(Shampoo, RefusesKeysThatWouldHaveNoEffect) {
        "pseudo_inverse = true would have no effect: eigenvalue_corrected = true computes eigenbases"},
       {[](List& l) {
          l.set("eigenvalue_corrected", true);
-         l.sublist("inverse_exponent_override").set("order_2", 0.5);
+         l.sublist("inverse_exponent_override").set("order_1", 0.5);  // w (4 x 3) merged: one order-1 block
        },
        [](List& l) { l.set("eigenvalue_corrected", false); },
        "inverse_exponent_override would have no effect: eigenvalue_corrected = true computes eigenbases"},

@@ -214,8 +214,11 @@ const std::vector<Entry>& entries() {
          l.sublist(
              "inverse_exponent_override", false,
              "Exponent a of X = L^-a: keys order_K (every dimension of blocks of order K) or order_K_dim_J (one "
-             "dimension), values >= 0; 0 leaves the dimension unpreconditioned. Default a = 1/(2 max(K, 1)). Not with "
-             "eigenvalue_corrected, which computes no inverse roots.");
+             "dimension), values >= 0; 0 leaves the dimension unpreconditioned. Default a = 1/(2 max(K, 1)). A key "
+             "that "
+             "no block matches (K is a block's order after merging and splitting; J < K) is refused. With "
+             "root_method coupled_newton only values 1/p (p a positive integer) and 0. Not with eigenvalue_corrected, "
+             "which computes no inverse roots.");
        },
        {},
        [](const ParameterSet& p, const CommonOptions& c, const ParameterList& l,
@@ -323,9 +326,6 @@ void reject_ignored_schedule_keys(const ParameterList& s, const ParameterList& d
   }
 }
 
-LRSchedule schedule_from(const ParameterList& s) {
-  const auto type   = s.get<std::string>("type");
-  const auto warmup = static_cast<std::int64_t>(s.get<int>("warmup_steps"));
 // The length of a decaying schedule has no default that could be right: total_steps (cosine,
 // linear) and step_size (step) must be written. A default of 1 would decay to min_lr_factor (0)
 // at the first step, or by gamma at every step, and the training would go on without a word.
@@ -338,6 +338,9 @@ void require_schedule_length(const ParameterList& list, const ParameterList& s, 
                     "' for optimizer " + optimizer + " (" + defaults.getEntry(key).docString() + ")");
 }
 
+LRSchedule schedule_from(const ParameterList& s) {
+  const auto type   = s.get<std::string>("type");
+  const auto warmup = static_cast<std::int64_t>(s.get<int>("warmup_steps"));
   LRSchedule sched;
   if (type == "cosine") sched = LRSchedule::cosine(s.get<int>("total_steps"), s.get<double>("min_lr_factor"));
   if (type == "linear") sched = LRSchedule::linear(s.get<int>("total_steps"), s.get<double>("min_lr_factor"));
@@ -394,10 +397,10 @@ ParameterList validated_parameters(const ParameterList& list) {
   }
   if (!pattern.empty()) copy.sublist(pattern) = patterned;
   reject_ignored_schedule_keys(copy.sublist("lr_schedule"), valid->sublist("lr_schedule"), optimizer);
+  require_schedule_length(list, copy.sublist("lr_schedule"), valid->sublist("lr_schedule"), optimizer);
   return copy;
 }
 
-  require_schedule_length(list, copy.sublist("lr_schedule"), valid->sublist("lr_schedule"), optimizer);
 namespace {
 // The values of a list without its validators and doc strings (what a checkpoint records).
 ParameterList plain_copy(const ParameterList& l) {

@@ -1500,6 +1500,22 @@ Shampoo::Shampoo(ParameterSet params, CommonOptions common, ShampooOptions optio
         "inverse_exponent_override/order_" + std::to_string(kv.first.first) + "_dim_" + std::to_string(kv.first.second),
         kv.second, R::inverse_exponent);
   }
+  // What the root computation would refuse at the first amortized step (after that step's
+  // gradient had entered the factors) is refused here.
+  if (o.root_method == linalg::RootMethod::coupled_newton) {
+    if (o.pseudo_inverse)
+      throw ConfigError("koptim::Shampoo: pseudo_inverse = true needs root_method = eigen (got coupled_newton)");
+    auto newton_exponent = [&](const std::string& key, double a) {
+      if (a != 0.0 && linalg::Impl::newton_root_index(a) == 0)
+        throw ConfigError(
+            "koptim::Shampoo: root_method = coupled_newton computes exponents 1/p with p a positive "
+            "integer (or 0: not preconditioned); inverse_exponent_override/" +
+            key + " = " + Impl::real_string(a) + " is not one (use root_method = eigen for it)");
+    };
+    for (const auto& kv : o.inverse_exponent_override) newton_exponent("order_" + std::to_string(kv.first), kv.second);
+    for (const auto& kv : o.inverse_exponent_override_dim)
+      newton_exponent("order_" + std::to_string(kv.first.first) + "_dim_" + std::to_string(kv.first.second), kv.second);
+  }
   shampoo::BlockingOptions bo;
   bo.max_preconditioner_dim = o.max_preconditioner_dim;
   bo.use_merge_dims         = o.use_merge_dims;
@@ -1523,6 +1539,33 @@ Shampoo::Shampoo(ParameterSet params, CommonOptions common, ShampooOptions optio
     }
     const int g = o.num_trainers_per_group.value_or(comm_->size());
     group_comm_ = comm_->split_groups(g).first;
+  } else if (o.num_trainers_per_group && *o.num_trainers_per_group != 1) {
+    // One process is a world of one rank: the value a one-rank communicator allows.
+    throw ConfigError("koptim::Shampoo: num_trainers_per_group = " + std::to_string(*o.num_trainers_per_group) +
+                      " is not allowed without a communicator (one process); allowed: 1 or -1 (all ranks)");
+  }
+  // An override that names no block's order, or a dimension beyond its order, would be ignored:
+  // refused, naming the orders the blocks have (after merging and splitting, which the user may
+  // not foresee: describe_blocks() shows them).
+  if (!o.inverse_exponent_override.empty() || !o.inverse_exponent_override_dim.empty()) {
+    std::set<int> orders;
+    for (const auto& l : layouts_)
+      for (const auto& b : l.blocks)
+        if (b.order() >= 1) orders.insert(b.order());
+    std::string present;
+    for (int k : orders) present += (present.empty() ? "" : ", ") + std::to_string(k);
+    auto refuse = [&](const std::string& key) {
+      throw ConfigError("koptim::Shampoo: inverse_exponent_override/" + key +
+                        " matches no block and would be ignored; the blocks have order " +
+                        (present.empty() ? std::string("(none)") : present) +
+                        " (after merging dimensions and splitting at max_preconditioner_dim; "
+                        "describe_blocks() lists them), and dimensions 0 to order - 1");
+    };
+    for (const auto& kv : o.inverse_exponent_override)
+      if (!orders.count(kv.first)) refuse("order_" + std::to_string(kv.first));
+    for (const auto& kv : o.inverse_exponent_override_dim)
+      if (!orders.count(kv.first.first) || kv.first.second < 0 || kv.first.second >= kv.first.first)
+        refuse("order_" + std::to_string(kv.first.first) + "_dim_" + std::to_string(kv.first.second));
   }
   // The block list, its costs, and the owner of every block within the group.
   const int ranks = group_size();
@@ -1626,6 +1669,7 @@ std::string Shampoo::describe_blocks() const {
 }
 
 void Shampoo::update(const ExecutionSpace& exec, std::int64_t t, const std::vector<double>& lrs) {
+  filter_form_fixed_ = true;  // even if this step throws: it may have filtered the gradient already
   f32_->set_instance(exec);
   f64_->set_instance(exec);
   const std::int64_t f = options_.precondition_frequency;
@@ -1669,7 +1713,6 @@ void Shampoo::update(const ExecutionSpace& exec, std::int64_t t, const std::vect
       step_status().refused_parameter = parameter;
       if (policy == NonFiniteGradient::skip_step) {
         step_status().skipped = true;
-  filter_form_fixed_ = true;  // even if this step throws: it may have filtered the gradient already
         return;
       }
       throw NonFiniteError(error);
@@ -1754,9 +1797,9 @@ Optimizer::StateKeys Shampoo::check_entries(const OptimizerState& s) const {
 }
 
 void Shampoo::import_tensors(const OptimizerState& s) {
+  filter_form_fixed_ = true;
   f32_->import_tensors(s);
   f64_->import_tensors(s);
 }
 
 }  // namespace koptim
-  filter_form_fixed_ = true;

@@ -81,9 +81,11 @@ void visit_keys(O& o, V& v) {
             "Consecutive root-inverse solver failures of a block tolerated (the previous root is kept) before an "
             "error.",
             R::num_tolerated_failed_amortized_computations);
-  v.optional_integer("num_trainers_per_group", o.num_trainers_per_group,
-                     "Distributed: ranks per group sharing the preconditioner work; groups replicate it.",
-                     R::num_trainers_per_group, "all ranks");
+  v.optional_integer(
+      "num_trainers_per_group", o.num_trainers_per_group,
+      "Distributed: ranks per group sharing the preconditioner work (a divisor of the number of ranks; 1 or -1 "
+      "without a communicator); groups replicate it.",
+      R::num_trainers_per_group, "all ranks");
   v.choice("communication_dtype", o.communication_dtype,
            "Distributed: precision of the update all-gather: float32 (each update in its parameter's precision; "
            "N ranks equal 1 rank bitwise) or bfloat16.");

@@ -954,10 +954,15 @@ std::vector<RootInfo> newton_roots(const ExecSpace& space, RootWorkspace<typenam
   return results;
 }
 
+// p when the exponent a is 1/p for a positive integer p (below 10^6), to rounding: 1 / a within
+// two units in the last place of p (the double nearest 1/p gives p back within one), else 0. An
+// exponent that is only close to 1/p (0.3333333333) is not taken for it.
 inline int newton_root_index(double a) {
   const double p = 1.0 / a;
   const double r = std::floor(p + 0.5);
-  return (r >= 1.0 && r < 1e6 && std::fabs(p - r) <= 1e-9 * r) ? static_cast<int>(r) : 0;
+  return (r >= 1.0 && r < 1e6 && std::fabs(p - r) <= 2.0 * std::numeric_limits<double>::epsilon() * r)
+             ? static_cast<int>(r)
+             : 0;
 }
 
 }  // namespace Impl

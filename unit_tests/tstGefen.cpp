@@ -766,6 +766,36 @@ TEST(Gefen, StateRoundTripResumesBitwise) {
   }
 }
 
+// force_p1 promises p = 1 for every tensor: a state whose partition shares second moments (from a
+// Gefen without it) is refused, not loaded with its partition kept.
+TEST(Gefen, ForceP1RefusesAStateWithSharedSecondMoments) {
+  Model m;
+  auto opt = make(m.params, {});
+  m.gradients(1);
+  opt->step();
+  const auto state = opt->export_state();
+  std::string shared;
+  for (const auto& kv : state.integers)  // w1 (per-row scales) is the model's first such tensor
+    if (kv.first.size() > 10 && kv.first.substr(kv.first.size() - 10) == "/partition" && kv.second > 1) {
+      shared = kv.first;
+      break;
+    }
+  ASSERT_EQ(shared, "w1/partition");
+  Model n;
+  auto forced       = make(n.params, {{"force_p1", "true"}});
+  const auto before = forced->export_state();
+  koptim_test::expect_error<koptim::StateError>(
+      [&] { forced->import_state(state); }, {"integer '" + shared + "' = " + std::to_string(state.integers.at(shared)) +
+                                             " is not allowed with force_p1 = true"});
+  EXPECT_TRUE(forced->export_state() == before);
+  // Its own kind of state loads.
+  auto other = make(n.params, {{"force_p1", "true"}});
+  n.gradients(1);
+  other->step();
+  forced->import_state(other->export_state());
+  EXPECT_TRUE(forced->export_state() == other->export_state());
+}
+
 TEST(Gefen, ImportRejectsWhatDoesNotFitAndChangesNothing) {
   Model m;
   auto opt = make(m.params, {});

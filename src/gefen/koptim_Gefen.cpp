@@ -1265,6 +1265,12 @@ Optimizer::StateKeys Gefen::check_entries(const OptimizerState& state) const {
         fail("integer '" + key + "' = " + std::to_string(part) + " is not allowed; allowed: a divisor of the " +
              std::to_string(n) + " elements of parameter '" + p.name + "'");
       }
+      // force_p1 promises p = 1 for every tensor: a state with shared second moments would break it.
+      if (options_.force_p1 && part != 1) {
+        fail("integer '" + key + "' = " + std::to_string(part) +
+             " is not allowed with force_p1 = true (every tensor p = 1); the state was written without force_p1: "
+             "load it into a Gefen without force_p1");
+      }
       held.integers.insert(key);
       const Layout L                = make_layout(p.param, part, options_);
       const ScalarType T            = p.param.dtype;

@@ -816,7 +816,8 @@ class Trainer {
 
 // Reads a parameter-list file and applies the command line's overrides: lr, and steps, which
 // becomes lr_schedule/total_steps when the list's schedule has one, its warmup_steps scaled by the
-// same factor (so a short smoke run keeps the schedule's shape). steps_given false: steps is the
+// same factor (so a short smoke run keeps the schedule's shape; rounded to the nearest step, at
+// least one when the file has a warmup; the run prints the schedule it uses). steps_given false: steps is the
 // program's default run length, and a file whose total_steps differs is refused (its value would
 // otherwise be replaced without a word).
 // The file is checked as written first (a value it gets wrong is named as written); an error
@@ -840,7 +841,12 @@ inline Teuchos::RCP<Teuchos::ParameterList> read_config(const std::string& path,
       throw UsageError("'" + path + "' sets lr_schedule total_steps = " + std::to_string(total) + ", and the run has " +
                        std::to_string(steps) + " steps (the default): give --steps " + std::to_string(total) +
                        " to run the file's schedule, or another --steps to scale it");
-    s.set("warmup_steps", static_cast<int>(static_cast<long long>(warmup) * steps / total));
+    // Rounded to the nearest step (halves up), and at least one step when the file has a warmup:
+    // 50 of 1000 steps at --steps 10 is 1 step, not 0 (the warmup would vanish). warmup < total,
+    // so the product fits and the result is at most steps.
+    long long scaled = (2LL * warmup * steps + total) / (2LL * total);
+    if (warmup > 0 && scaled == 0) scaled = 1;
+    s.set("warmup_steps", static_cast<int>(scaled));
     s.set("total_steps", steps);
     overrides += (overrides.empty() ? "" : ", ") + std::string("--steps ") + std::to_string(steps) +
                  " (lr_schedule: total_steps " + std::to_string(total) + " -> " + std::to_string(steps) +
@@ -978,14 +984,21 @@ inline void run_example(const Dataset& data, const std::vector<int>& layers, con
   Trainer trainer(data, model, *config, settings, comm);
   const bool root = trainer.rank() == 0;
   if (root) {
-    std::printf("%s\nMLP %s (%lld parameters), %s from %s (lr %g), batch %d on %d rank%s, %d steps\n",
+    std::printf("%s\nMLP %s (%lld parameters), %s from %s (lr %g; %s), batch %d on %d rank%s, %d steps\n",
                 data.description.c_str(), model.shape().c_str(), static_cast<long long>(model.num_parameters()),
-                trainer.optimizer().name().c_str(), o.config.c_str(), trainer.optimizer().base_lr(), settings.batch,
-                ranks, ranks > 1 ? "s" : "", settings.steps);
+                trainer.optimizer().name().c_str(), o.config.c_str(), trainer.optimizer().base_lr(),
+                trainer.optimizer().common_options().lr_schedule.describe().c_str(), settings.batch, ranks,
+                ranks > 1 ? "s" : "", settings.steps);
     std::fflush(stdout);
   }
   if (!o.restart.empty()) {
     trainer.restore(o.restart);
+    // A run already past --steps would train nothing and print the checkpoint's figures as final.
+    if (trainer.optimizer().step_count() > settings.steps)
+      throw UsageError("the checkpoint '" + o.restart + "' is at step " +
+                       std::to_string(trainer.optimizer().step_count()) + ", past this run's " +
+                       std::to_string(settings.steps) + " steps: give --steps " +
+                       std::to_string(trainer.optimizer().step_count()) + " or more");
     if (root)
       std::printf("restarted from %s at step %lld\n", o.restart.c_str(),
                   static_cast<long long>(trainer.optimizer().step_count()));

@@ -13,6 +13,7 @@
 #include <koptim/core/koptim_Error.hpp>
 #include <koptim/linalg/koptim_Gemm.hpp>
 
+#include <algorithm>
 #include <array>
 #include <climits>
 #include <cstdint>
@@ -135,7 +136,22 @@ void portable_gemm_batched(const ExecSpace& exec, const GemmShape& s, T alpha, c
   const int tiles_m = (s.m + gemm_tile - 1) / gemm_tile, tiles_n = (s.n + gemm_tile - 1) / gemm_tile;
   const std::int64_t league = ops.count * tiles_m * tiles_n;
   if (league == 0) return;
-  KOKKOS_ASSERT(league <= INT_MAX);
+  if (league > INT_MAX) {
+    // A TeamPolicy's league is an int: launched in chunks of whole matrices (KOKKOS_ASSERT, off in
+    // release builds, let the cast below drop tiles without a word).
+    const std::int64_t per = static_cast<std::int64_t>(tiles_m) * tiles_n, chunk = INT_MAX / per;
+    if (chunk == 0)
+      throw koptim::ShapeError("koptim::linalg::gemm_batched: a " + std::to_string(s.m) + " x " + std::to_string(s.n) +
+                               " product has more than 2^31 - 1 tiles of " + std::to_string(gemm_tile) + " x " +
+                               std::to_string(gemm_tile));
+    for (std::int64_t at = 0; at < ops.count; at += chunk) {
+      GemmOperands<T> part = ops;
+      part.first           = ops.first + at;
+      part.count           = std::min(chunk, ops.count - at);
+      portable_gemm_batched(exec, s, alpha, part, beta, team_size);
+    }
+    return;
+  }
   const TiledGemmBatch<T, ExecSpace> f{s, alpha, beta, ops, tiles_m, tiles_n};
   const auto scratch = Kokkos::PerTeam(TiledGemmBatch<T, ExecSpace>::scratch_bytes());
   if (team_size > 0)

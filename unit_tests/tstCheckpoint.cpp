@@ -414,6 +414,14 @@ TEST(Checkpoint, RefusesBadFilesAndChangesNothing) {
     H5Aclose(a);
   });
   expect_refused(two_values, *opt, m, {"has_parameter_values is 2, not 0 or 1"});
+  for (const std::int64_t ranks : {std::int64_t(0), std::int64_t(1) << 31}) {
+    const std::string bad_ranks = edited("num_ranks_" + std::to_string(ranks), [&](hid_t f) {
+      const hid_t a = H5Aopen(f, "num_ranks", H5P_DEFAULT);
+      EXPECT_GE(H5Awrite(a, H5T_NATIVE_INT64, &ranks), 0);
+      H5Aclose(a);
+    });
+    expect_refused(bad_ranks, *opt, m, {"num_ranks is " + std::to_string(ranks) + ", not a number of ranks"});
+  }
   const std::string big_step = edited("unsigned_step", [&](hid_t f) {
     const hid_t o = H5Oopen(f, "optimizer", H5P_DEFAULT);
     EXPECT_GE(H5Adelete(o, "step"), 0);

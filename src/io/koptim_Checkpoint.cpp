@@ -1242,6 +1242,9 @@ LoadReport load_checkpoint(const std::string& path, Optimizer& opt, const LoadOp
                         "the file holds no parameter values (it was saved with SaveOptions::save_parameters = "
                         "false), and LoadOptions::load_parameters is true; pass load_parameters = false to restore "
                         "the optimizer alone");
+    if (nranks.i < 1 || nranks.i > std::numeric_limits<int>::max())
+      throw Error(where + "the file's root attribute num_ranks is " + std::to_string(nranks.i) +
+                  ", not a number of ranks (1 to 2^31 - 1)" + damaged);
     report.written_on_ranks = static_cast<int>(nranks.i);
     report.koptim_version   = kv.s;
 

@@ -3,7 +3,9 @@
 # the unit tests, the NCCL test at one rank, the perf tests with JSON output, then (where torch
 # sees the GPU) koptim's diagonal optimizers beside torch.optim's on the GPU
 # (perf_tests/peers/run_peers.py --device cuda), into $kit/results/. Each step has its own time
-# limit; a failure is recorded and the next runs. Where $OUT is set (the lending tool's folder of
+# limit, cut to what is left of the whole run's budget (KOPTIM_KIT_BUDGET_S seconds, default 480,
+# so that the run ends in time even where every step would use its limit; a step with less than
+# 15 s left is not started and is listed as such); a failure is recorded and the next runs. Where $OUT is set (the lending tool's folder of
 # files to bring back, which takes few files), the results go there after every step as one
 # results.tar.gz beside summary.txt.
 set -uo pipefail
@@ -33,10 +35,25 @@ fi
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-8} OPENBLAS_NUM_THREADS=1 KOPTIM_REFERENCE_DIR="$kit/reference"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$out/gpu.txt" 2>&1 || true
 status=0
+budget=${KOPTIM_KIT_BUDGET_S:-480}
+case "$budget" in '' | *[!0-9]*)
+  echo "KOPTIM_KIT_BUDGET_S must be a whole number of seconds, got '$budget'" >&2
+  exit 2
+  ;;
+esac
+deadline=$(($(date +%s) + budget))
 run() {  # run LIMIT NAME COMMAND...
   local limit=$1 name=$2
   shift 2
   local start=$(date +%s)
+  local left=$((deadline - start))
+  if [ "$left" -lt 15 ]; then
+    echo "$name: not run (the kit's budget of $budget s is spent)" | tee -a "$out/summary.txt"
+    status=1
+    bundle
+    return
+  fi
+  [ "$limit" -gt "$left" ] && limit=$left
   timeout "$limit" "$@" > "$out/$name.log" 2>&1
   local rc=$?
   echo "$name: exit $rc, $(( $(date +%s) - start )) s" | tee -a "$out/summary.txt"

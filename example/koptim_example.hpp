@@ -841,11 +841,13 @@ inline Teuchos::RCP<Teuchos::ParameterList> read_config(const std::string& path,
       throw UsageError("'" + path + "' sets lr_schedule total_steps = " + std::to_string(total) + ", and the run has " +
                        std::to_string(steps) + " steps (the default): give --steps " + std::to_string(total) +
                        " to run the file's schedule, or another --steps to scale it");
-    // Rounded to the nearest step (halves up), and at least one step when the file has a warmup:
-    // 50 of 1000 steps at --steps 10 is 1 step, not 0 (the warmup would vanish). warmup < total,
-    // so the product fits and the result is at most steps.
+    // Rounded to the nearest step (halves up), at least one step when the file has a warmup (50 of
+    // 1000 steps at --steps 10 is 1 step, not 0: the warmup would vanish) and at most steps - 1
+    // (the schedule needs warmup_steps < total_steps; at --steps 1 no warmup is left). warmup <
+    // total, so the product fits.
     long long scaled = (2LL * warmup * steps + total) / (2LL * total);
     if (warmup > 0 && scaled == 0) scaled = 1;
+    if (scaled > steps - 1) scaled = steps - 1;
     s.set("warmup_steps", static_cast<int>(scaled));
     s.set("total_steps", steps);
     overrides += (overrides.empty() ? "" : ", ") + std::string("--steps ") + std::to_string(steps) +

@@ -512,11 +512,13 @@ struct Ranks {
 Ranks ranks_of(const Optimizer& opt, const std::shared_ptr<comm::Communicator>& given, const char* where) {
   Ranks r;
   r.comm = opt.communicator();
-  if (r.comm && given) {
+  if (r.comm) {
     // The optimizer's communicator is used; the options may name it again (or a duplicate of it:
-    // the same ranks in the same order), nothing else. Decided together: every rank refuses or
-    // none does (a rank that went on alone would wait in the save's collectives).
+    // the same ranks in the same order) or none, nothing else. Decided together on every rank,
+    // also on those that name none (a rank that went on alone would wait in the save's
+    // collectives, or pair its collectives with another rank's check).
     r.together([&] {
+      if (!given) return;
       int relation = MPI_UNEQUAL;
       MPI_Comm_compare(given->mpi_comm(), r.comm->mpi_comm(), &relation);
       if (relation == MPI_IDENT || relation == MPI_CONGRUENT) return;

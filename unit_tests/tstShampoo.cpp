@@ -495,6 +495,26 @@ TEST(Shampoo, OverflowingFactorIsRejectedAndChangesNothing) {
   EXPECT_EQ(opt->step_count(), 2);
 }
 
+// A first step that threw inside the optimizer (another rank's error does so after this rank has
+// filtered its gradient) fixes the filtered gradient's form as a counted step does.
+TEST(Shampoo, FilterFormIsFixedByAStepThatThrew) {
+  TestTensor<float> w({4, 3}, "w");
+  koptim::ParameterSet params;
+  w.add_to(params, "w");
+  Teuchos::ParameterList l;
+  l.set("optimizer", std::string("Shampoo"));
+  l.set("eigenvalue_corrected", true);
+  auto opt = koptim::create(params, l);
+  auto& s  = dynamic_cast<koptim::Shampoo&>(*opt);
+  s.filter_in_eigenbasis(false);  // before any step: accepted
+  s.filter_in_eigenbasis(true);
+  w.set(true, [](std::int64_t i) { return i == 2 ? 1e30 : 1.0; });
+  EXPECT_THROW(opt->step(), koptim::NonFiniteError);
+  EXPECT_EQ(opt->step_count(), 0);
+  koptim_test::expect_error<koptim::ConfigError>([&] { s.filter_in_eigenbasis(false); }, {"or began one that threw"});
+  EXPECT_TRUE(s.filter_in_eigenbasis());
+}
+
 // Eigenvalue-corrected with epsilon 0: coordinates whose second moment is still zero (a row that
 // never gets a gradient) take no step instead of 0/0 (which would also trap FE_INVALID here).
 TEST(Shampoo, EigenvalueCorrectedWithZeroEpsilonStaysFinite) {
@@ -760,6 +780,12 @@ TEST(Shampoo, RejectsBadConfiguration) {
               std::string::npos)
         << error(u);
   }
+  // An order whose every dimension has its own entry: the order's entry would be ignored.
+  auto all_dims = g;
+  all_dims.sublist("inverse_exponent_override").set("order_2_dim_0", 0.5);
+  EXPECT_NE(error(all_dims).find("order_2 would be ignored: every dimension of order 2 has an order_2_dim_J entry"),
+            std::string::npos)
+      << error(all_dims);
   // Without a communicator the process is a world of one rank.
   auto t = base;
   t.set("num_trainers_per_group", 2);

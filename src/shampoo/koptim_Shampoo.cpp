@@ -1500,22 +1500,6 @@ Shampoo::Shampoo(ParameterSet params, CommonOptions common, ShampooOptions optio
         "inverse_exponent_override/order_" + std::to_string(kv.first.first) + "_dim_" + std::to_string(kv.first.second),
         kv.second, R::inverse_exponent);
   }
-  // What the root computation would refuse at the first amortized step (after that step's
-  // gradient had entered the factors) is refused here.
-  if (o.root_method == linalg::RootMethod::coupled_newton) {
-    if (o.pseudo_inverse)
-      throw ConfigError("koptim::Shampoo: pseudo_inverse = true needs root_method = eigen (got coupled_newton)");
-    auto newton_exponent = [&](const std::string& key, double a) {
-      if (a != 0.0 && linalg::Impl::newton_root_index(a) == 0)
-        throw ConfigError(
-            "koptim::Shampoo: root_method = coupled_newton computes exponents 1/p with p a positive "
-            "integer (or 0: not preconditioned); inverse_exponent_override/" +
-            key + " = " + Impl::real_string(a) + " is not one (use root_method = eigen for it)");
-    };
-    for (const auto& kv : o.inverse_exponent_override) newton_exponent("order_" + std::to_string(kv.first), kv.second);
-    for (const auto& kv : o.inverse_exponent_override_dim)
-      newton_exponent("order_" + std::to_string(kv.first.first) + "_dim_" + std::to_string(kv.first.second), kv.second);
-  }
   shampoo::BlockingOptions bo;
   bo.max_preconditioner_dim = o.max_preconditioner_dim;
   bo.use_merge_dims         = o.use_merge_dims;
@@ -1542,7 +1526,25 @@ Shampoo::Shampoo(ParameterSet params, CommonOptions common, ShampooOptions optio
   } else if (o.num_trainers_per_group && *o.num_trainers_per_group != 1) {
     // One process is a world of one rank: the value a one-rank communicator allows.
     throw ConfigError("koptim::Shampoo: num_trainers_per_group = " + std::to_string(*o.num_trainers_per_group) +
-                      " is not allowed without a communicator (one process); allowed: 1 or -1 (all ranks)");
+                      " is not allowed without a communicator (one process); allowed: 1, or all ranks (-1 in a "
+                      "parameter list, no value in ShampooOptions)");
+  }
+  // What the root computation would refuse at the first amortized step (after that step's
+  // gradient had entered the factors) is refused here (after the ranks' agreement: on every rank
+  // or none).
+  if (o.root_method == linalg::RootMethod::coupled_newton) {
+    if (o.pseudo_inverse)
+      throw ConfigError("koptim::Shampoo: pseudo_inverse = true needs root_method = eigen (got coupled_newton)");
+    auto newton_exponent = [&](const std::string& key, double a) {
+      if (a != 0.0 && linalg::Impl::newton_root_index(a) == 0)
+        throw ConfigError(
+            "koptim::Shampoo: root_method = coupled_newton computes exponents 1/p with p a positive "
+            "integer (or 0: not preconditioned); inverse_exponent_override/" +
+            key + " = " + Impl::real_string(a) + " is not one (use root_method = eigen for it)");
+    };
+    for (const auto& kv : o.inverse_exponent_override) newton_exponent("order_" + std::to_string(kv.first), kv.second);
+    for (const auto& kv : o.inverse_exponent_override_dim)
+      newton_exponent("order_" + std::to_string(kv.first.first) + "_dim_" + std::to_string(kv.first.second), kv.second);
   }
   // An override that names no block's order, or a dimension beyond its order, would be ignored:
   // refused, naming the orders the blocks have (after merging and splitting, which the user may
@@ -1561,8 +1563,15 @@ Shampoo::Shampoo(ParameterSet params, CommonOptions common, ShampooOptions optio
                         " (after merging dimensions and splitting at max_preconditioner_dim; "
                         "describe_blocks() lists them), and dimensions 0 to order - 1");
     };
-    for (const auto& kv : o.inverse_exponent_override)
+    for (const auto& kv : o.inverse_exponent_override) {
       if (!orders.count(kv.first)) refuse("order_" + std::to_string(kv.first));
+      int own = 0;  // dimensions with an entry of their own, which wins
+      for (int j = 0; j < kv.first; ++j) own += o.inverse_exponent_override_dim.count({kv.first, j}) ? 1 : 0;
+      if (own == kv.first)
+        throw ConfigError("koptim::Shampoo: inverse_exponent_override/order_" + std::to_string(kv.first) +
+                          " would be ignored: every dimension of order " + std::to_string(kv.first) + " has an order_" +
+                          std::to_string(kv.first) + "_dim_J entry of its own, which wins");
+    }
     for (const auto& kv : o.inverse_exponent_override_dim)
       if (!orders.count(kv.first.first) || kv.first.second < 0 || kv.first.second >= kv.first.first)
         refuse("order_" + std::to_string(kv.first.first) + "_dim_" + std::to_string(kv.first.second));

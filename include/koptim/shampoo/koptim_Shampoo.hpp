@@ -71,7 +71,9 @@ struct ShampooOptions {
   Eigenbasis eigenbasis     = Eigenbasis::eigh;
   int qr_max_iterations     = 1;
   double qr_tolerance       = 0.01;
-  // Exponent a of X = L^-a: by block order ({order: a}) and by order and dimension.
+  // Exponent a of X = L^-a: by block order ({order: a}) and by order and dimension. An entry that
+  // no block takes (an order no block has after merging and splitting, a dimension >= its order,
+  // an order whose every dimension has its own entry) is refused: ConfigError.
   std::map<int, double> inverse_exponent_override;
   std::map<std::pair<int, int>, double> inverse_exponent_override_dim;
   linalg::RootMethod root_method                  = linalg::RootMethod::eigen;
@@ -80,8 +82,8 @@ struct ShampooOptions {
   double rank_rtol                                = 0.0;
   double rank_atol                                = 0.0;
   int num_tolerated_failed_amortized_computations = 3;
-  // Distribution (with a communicator): ranks per group sharing the work (unset: all); groups
-  // replicate it.
+  // Distribution (with a communicator): ranks per group sharing the work (unset: all; a divisor of
+  // the number of ranks; without a communicator 1 or unset); groups replicate it.
   std::optional<int> num_trainers_per_group;
   CommunicationDType communication_dtype      = CommunicationDType::float32;
   DistributedCostModel distributed_cost_model = DistributedCostModel::bytes;

@@ -817,9 +817,9 @@ class Trainer {
 // Reads a parameter-list file and applies the command line's overrides: lr, and steps, which
 // becomes lr_schedule/total_steps when the list's schedule has one, its warmup_steps scaled by the
 // same factor (so a short smoke run keeps the schedule's shape; rounded to the nearest step, at
-// least one when the file has a warmup; the run prints the schedule it uses). steps_given false: steps is the
-// program's default run length, and a file whose total_steps differs is refused (its value would
-// otherwise be replaced without a word).
+// least one when the file has a warmup and less than steps; the run prints the schedule it uses).
+// steps_given false: steps is the program's default run length, and a file whose total_steps
+// differs is refused (its value would otherwise be replaced without a word).
 // The file is checked as written first (a value it gets wrong is named as written); an error
 // that only the overrides cause names them.
 inline Teuchos::RCP<Teuchos::ParameterList> read_config(const std::string& path, double lr, int steps,
@@ -995,15 +995,12 @@ inline void run_example(const Dataset& data, const std::vector<int>& layers, con
   }
   if (!o.restart.empty()) {
     trainer.restore(o.restart);
+    const std::int64_t at = trainer.optimizer().step_count();
     // A run already past --steps would train nothing and print the checkpoint's figures as final.
-    if (trainer.optimizer().step_count() > settings.steps)
-      throw UsageError("the checkpoint '" + o.restart + "' is at step " +
-                       std::to_string(trainer.optimizer().step_count()) + ", past this run's " +
-                       std::to_string(settings.steps) + " steps: give --steps " +
-                       std::to_string(trainer.optimizer().step_count()) + " or more");
-    if (root)
-      std::printf("restarted from %s at step %lld\n", o.restart.c_str(),
-                  static_cast<long long>(trainer.optimizer().step_count()));
+    if (at > settings.steps)
+      throw UsageError("the checkpoint '" + o.restart + "' is at step " + std::to_string(at) + ", past this run's " +
+                       std::to_string(settings.steps) + " steps: give --steps " + std::to_string(at) + " or more");
+    if (root) std::printf("restarted from %s at step %lld\n", o.restart.c_str(), static_cast<long long>(at));
   }
   trainer.train([&](std::int64_t step) {
     if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0) trainer.save(o.checkpoint);

@@ -215,12 +215,9 @@ const std::vector<Entry>& entries() {
              "inverse_exponent_override", false,
              "Exponent a of X = L^-a: keys order_K (every dimension of blocks of order K) or order_K_dim_J (one "
              "dimension), values >= 0; 0 leaves the dimension unpreconditioned. Default a = 1/(2 max(K, 1)). A key "
-             "that "
-             "no block matches (K is a block's order after merging and splitting; J < K), or order_K when every "
-             "dimension "
-             "has its own key, is refused. With "
-             "root_method coupled_newton only values 1/p (p a positive integer) and 0. Not with eigenvalue_corrected, "
-             "which computes no inverse roots.");
+             "that no block matches (K is a block's order after merging and splitting; J < K), or order_K when every "
+             "dimension has its own key, is refused. With root_method coupled_newton only values 1/p (p a positive "
+             "integer) and 0. Not with eigenvalue_corrected, which computes no inverse roots.");
        },
        {},
        [](const ParameterSet& p, const CommonOptions& c, const ParameterList& l,

@@ -1492,14 +1492,15 @@ Shampoo::Shampoo(ParameterSet params, CommonOptions common, ShampooOptions optio
                            "it applies to momentum > 0 (momentum is 0)");
   Impl::refuse_ineffective(me, o.beta3 && o.betas[0] == 0.0, "beta3 = " + Impl::real_string(o.beta3.value_or(0)),
                            "with betas[0] = 0 the gradient is not filtered");
+  // The override keys as a parameter list writes them (inverse_exponent_override/<key>).
+  auto order_key = [](int k) { return "order_" + std::to_string(k); };
+  auto dim_key   = [&](const std::pair<int, int>& kj) {
+    return order_key(kj.first) + "_dim_" + std::to_string(kj.second);
+  };
   for (const auto& kv : o.inverse_exponent_override)
-    Impl::require(me, "inverse_exponent_override/order_" + std::to_string(kv.first), kv.second, R::inverse_exponent);
-  for (const auto& kv : o.inverse_exponent_override_dim) {
-    Impl::require(
-        me,
-        "inverse_exponent_override/order_" + std::to_string(kv.first.first) + "_dim_" + std::to_string(kv.first.second),
-        kv.second, R::inverse_exponent);
-  }
+    Impl::require(me, "inverse_exponent_override/" + order_key(kv.first), kv.second, R::inverse_exponent);
+  for (const auto& kv : o.inverse_exponent_override_dim)
+    Impl::require(me, "inverse_exponent_override/" + dim_key(kv.first), kv.second, R::inverse_exponent);
   shampoo::BlockingOptions bo;
   bo.max_preconditioner_dim = o.max_preconditioner_dim;
   bo.use_merge_dims         = o.use_merge_dims;
@@ -1542,9 +1543,8 @@ Shampoo::Shampoo(ParameterSet params, CommonOptions common, ShampooOptions optio
             "integer (or 0: not preconditioned); inverse_exponent_override/" +
             key + " = " + Impl::real_string(a) + " is not one (use root_method = eigen for it)");
     };
-    for (const auto& kv : o.inverse_exponent_override) newton_exponent("order_" + std::to_string(kv.first), kv.second);
-    for (const auto& kv : o.inverse_exponent_override_dim)
-      newton_exponent("order_" + std::to_string(kv.first.first) + "_dim_" + std::to_string(kv.first.second), kv.second);
+    for (const auto& kv : o.inverse_exponent_override) newton_exponent(order_key(kv.first), kv.second);
+    for (const auto& kv : o.inverse_exponent_override_dim) newton_exponent(dim_key(kv.first), kv.second);
   }
   // An override that names no block's order, or a dimension beyond its order, would be ignored:
   // refused, naming the orders the blocks have (after merging and splitting, which the user may
@@ -1564,17 +1564,17 @@ Shampoo::Shampoo(ParameterSet params, CommonOptions common, ShampooOptions optio
                         "describe_blocks() lists them), and dimensions 0 to order - 1");
     };
     for (const auto& kv : o.inverse_exponent_override) {
-      if (!orders.count(kv.first)) refuse("order_" + std::to_string(kv.first));
+      if (!orders.count(kv.first)) refuse(order_key(kv.first));
       int own = 0;  // dimensions with an entry of their own, which wins
       for (int j = 0; j < kv.first; ++j) own += o.inverse_exponent_override_dim.count({kv.first, j}) ? 1 : 0;
       if (own == kv.first)
-        throw ConfigError("koptim::Shampoo: inverse_exponent_override/order_" + std::to_string(kv.first) +
+        throw ConfigError("koptim::Shampoo: inverse_exponent_override/" + order_key(kv.first) +
                           " would be ignored: every dimension of order " + std::to_string(kv.first) + " has an order_" +
                           std::to_string(kv.first) + "_dim_J entry of its own, which wins");
     }
     for (const auto& kv : o.inverse_exponent_override_dim)
       if (!orders.count(kv.first.first) || kv.first.second < 0 || kv.first.second >= kv.first.first)
-        refuse("order_" + std::to_string(kv.first.first) + "_dim_" + std::to_string(kv.first.second));
+        refuse(dim_key(kv.first));
   }
   // The block list, its costs, and the owner of every block within the group.
   const int ranks = group_size();

@@ -12,10 +12,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <limits>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <set>
 #include <vector>
 
@@ -856,6 +858,26 @@ TEST(RootWorkspace, HostMirrorIsKeptFromOneCallToTheNext) {
   } else {
     EXPECT_GE(ws.bytes(), 2 * 60 * sizeof(float));  // the device batch and its host buffer
   }
+}
+
+// The host source of an operand table's copy to the device: a buffer of the workspace, so that it
+// outlives the call that fills it (the copy may run after that call returns); kept from one call
+// to the next and grown when a longer table is asked for.
+TEST(RootWorkspace, HostVectorOutlivesTheCallAndIsKept) {
+  koptim::linalg::RootWorkspace<koptim::MemorySpace> ws;
+  auto t1 = ws.host_vector<std::uintptr_t>("koptim::test::table/host", 6);
+  static_assert(std::is_same<decltype(t1)::memory_space, Kokkos::HostSpace>::value, "a host buffer");
+  for (std::size_t i = 0; i < t1.extent(0); ++i) t1(i) = 10 + i;
+  const auto bytes = ws.bytes();
+  EXPECT_GE(bytes, 6 * sizeof(std::uintptr_t));
+  const auto t2 = ws.host_vector<std::uintptr_t>("koptim::test::table/host", 3);
+  EXPECT_EQ(t1.data(), t2.data());
+  EXPECT_EQ(t2.extent(0), 3u);
+  EXPECT_EQ(t2(2), 12u);  // the same memory: what the first call wrote is still there
+  EXPECT_EQ(ws.bytes(), bytes);
+  const auto t3 = ws.host_vector<std::uintptr_t>("koptim::test::table/host", 600);
+  EXPECT_EQ(t3.extent(0), 600u);
+  EXPECT_GE(ws.bytes(), bytes - 6 * sizeof(std::uintptr_t) + 600 * sizeof(std::uintptr_t));
 }
 
 }  // namespace

@@ -152,6 +152,17 @@ class RootWorkspace {
       return HostView<V>(static_cast<T*>(storage<T>(host_buffers_, label, v.span())), v.layout());
     }
   }
+  // A host buffer of n elements for label, the source of an asynchronous copy to this memory
+  // space (an operand table): unlike a local std::vector it outlives the call that fills it, as
+  // the copy needs on a backend whose copies from host memory run after the call returns. A
+  // label's buffer is written again only by a later call, after a fence of the instance (every
+  // root computation ends with one; Newton's iterations fence between their products).
+  template <class T>
+  Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> host_vector(const std::string& label,
+                                                                                           std::size_t n) {
+    return Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+        static_cast<T*>(storage<T>(host_buffers_, label, n)), n);
+  }
   // Bytes held (device and host buffers).
   std::size_t bytes() const {
     std::size_t b = 0;
@@ -493,17 +504,15 @@ void root_products(const ExecSpace& space, RootWorkspace<Mem>& ws, const BatchVi
       return;
     }
   }
-  const auto k = static_cast<std::int64_t>(g.size());
-  std::vector<std::uintptr_t> table(3 * k);
+  const auto k     = static_cast<std::int64_t>(g.size());
+  const auto table = ws.template host_vector<std::uintptr_t>("koptim::linalg::root_product_operands/host", 3 * k);
   for (std::int64_t j = 0; j < k; ++j) {
-    table[j]         = reinterpret_cast<std::uintptr_t>(first(g[j]));
-    table[k + j]     = reinterpret_cast<std::uintptr_t>(second(g[j]));
-    table[2 * k + j] = reinterpret_cast<std::uintptr_t>(ps + g[j] * nn);
+    table(j)         = reinterpret_cast<std::uintptr_t>(first(g[j]));
+    table(k + j)     = reinterpret_cast<std::uintptr_t>(second(g[j]));
+    table(2 * k + j) = reinterpret_cast<std::uintptr_t>(ps + g[j] * nn);
   }
   auto d = ws.template vector<std::uintptr_t>("koptim::linalg::root_product_operands", table.size());
-  Kokkos::deep_copy(space, d,
-                    Kokkos::View<const std::uintptr_t*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
-                        table.data(), table.size()));
+  Kokkos::deep_copy(space, d, table);
   gemm_batched(space, GemmShape{ta, tb, n, n, n, n, n, n}, T(1), Impl::GemmOperands<T>{d.data(), k, 0, k}, T(0),
                backend);
 }
@@ -669,17 +678,15 @@ void square_product_steps(const ExecSpace& space, RootWorkspace<Mem>& ws,
       return;
     }
   }
-  std::vector<std::uintptr_t> table(3 * total);
-  std::int64_t at = 0;
+  const auto table = ws.template host_vector<std::uintptr_t>("koptim::linalg::newton_operands/host", 3 * total);
+  std::int64_t at  = 0;
   for (const auto& s : steps)
     for (const auto& q : s) {
-      for (int c = 0; c < 3; ++c) table[c * total + at] = q[c];
+      for (int c = 0; c < 3; ++c) table(c * total + at) = q[c];
       ++at;
     }
   auto d = ws.template vector<std::uintptr_t>("koptim::linalg::newton_operands", table.size());
-  Kokkos::deep_copy(space, d,
-                    Kokkos::View<const std::uintptr_t*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
-                        table.data(), table.size()));
+  Kokkos::deep_copy(space, d, table);
   std::int64_t first = 0;
   for (const auto& s : steps) {
     const auto count = static_cast<std::int64_t>(s.size());

@@ -147,8 +147,8 @@ class Shampoo : public Optimizer {
   // With host-accessible memory the blocks of each per-block phase run concurrently on the host
   // threads, each block's single-threaded BLAS calls and element-wise loops on one thread (on by
   // default). Off: the device form, as with device memory (one kernel per phase over all blocks,
-  // the products batched by shape; for comparison, and to test that path on a CPU). The same results either way
-  // (to rounding where a threaded reduction sums in another order).
+  // the products batched by shape; for comparison, and to test that path on a CPU). The same
+  // results either way (to rounding where a threaded reduction sums in another order).
   void batch_blocks_on_host(bool on) { batch_blocks_on_host_ = on; }
   bool batch_blocks_on_host() const { return batch_blocks_on_host_; }
   // The products of the device form (factor updates, preconditioning: GEMMs batched by shape over

@@ -446,31 +446,38 @@ TEST(EigensolverJacobi, ReportsNonConvergence) {
 
 TEST(EigensolverJacobi, ResultsDoNotDependOnTeamSizeScratchOrBatch) {
   // Every entry has one owner and a fixed sequence of operations, so a correct kernel gives
-  // bitwise the same output for any team size, storage (team scratch or the caller's A) and
-  // batch composition; a race would not.
+  // bitwise the same output for any team size, storage (team scratch, the caller's A, or the
+  // work arrays in level-1 scratch, as for orders whose work arrays exceed a GPU block's shared
+  // memory) and batch composition; a race would not.
   std::mt19937 gen(31);
   const int n = 17;
   std::vector<Dense> mats;
   for (int b = 0; b < 8; ++b) mats.push_back(random_symmetric(n, gen, 0.3 * b));
-  JacobiOptions one, many, global;
-  one.team_size           = 1;
-  many.team_size          = test_team_size();
-  global.team_size        = test_team_size();
-  global.use_team_scratch = false;
-  const auto r1           = run_jacobi<double>(mats, one);
-  const auto rm           = run_jacobi<double>(mats, many);
-  const auto rg           = run_jacobi<double>(mats, global);
-  const auto rs           = run_jacobi<double>({mats[5]}, many);
+  JacobiOptions one, many, global, level1;
+  one.team_size             = 1;
+  many.team_size            = test_team_size();
+  global.team_size          = test_team_size();
+  global.use_team_scratch   = false;
+  level1.team_size          = test_team_size();
+  level1.team_scratch_limit = 64;  // less than the work arrays of one solve
+  const auto r1             = run_jacobi<double>(mats, one);
+  const auto rm             = run_jacobi<double>(mats, many);
+  const auto rg             = run_jacobi<double>(mats, global);
+  const auto r2             = run_jacobi<double>(mats, level1);
+  const auto rs             = run_jacobi<double>({mats[5]}, many);
   for (int b = 0; b < 8; ++b) {
     ASSERT_EQ(r1.info(b), 0);
     EXPECT_EQ(r1.sweeps(b), rm.sweeps(b));
     EXPECT_EQ(r1.sweeps(b), rg.sweeps(b));
+    EXPECT_EQ(r1.sweeps(b), r2.sweeps(b));
     for (int k = 0; k < n; ++k) {
       EXPECT_EQ(r1.w(b, k), rm.w(b, k));
       EXPECT_EQ(r1.w(b, k), rg.w(b, k));
+      EXPECT_EQ(r1.w(b, k), r2.w(b, k));
       for (int i = 0; i < n; ++i) {
         EXPECT_EQ(r1.V(b, i, k), rm.V(b, i, k));
         EXPECT_EQ(r1.V(b, i, k), rg.V(b, i, k));
+        EXPECT_EQ(r1.V(b, i, k), r2.V(b, i, k));
       }
     }
   }

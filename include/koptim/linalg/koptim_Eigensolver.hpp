@@ -27,6 +27,7 @@
 #include <koptim/core/impl/koptim_Math.hpp>
 #include <koptim/core/impl/koptim_Profiling.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -54,6 +55,12 @@ struct JacobiOptions {
   int team_size = 0;
   // Solve in level-0 team scratch when the matrix fits; off, the caller's A is the workspace.
   bool use_team_scratch = true;
+  // Bytes of level-0 team scratch the solver may take (0: what the execution space allows; with
+  // CUDA, a block's 48 KiB of shared memory less Kokkos' reserve, about 40 KiB; 32 KiB on the
+  // host backends). The work arrays of one solve (about 34 n bytes in double, 22 n in float) go
+  // to level-1 scratch (global memory) where they do not fit: with CUDA beyond n of about 1200
+  // in double, 1850 in float. A smaller value here takes that path at small orders (tests).
+  std::size_t team_scratch_limit = 0;
 };
 
 namespace Impl {
@@ -288,17 +295,18 @@ struct JacobiScratch {
     return 4 * ScratchView<T, ExecSpace>::shmem_size(np) + ScratchView<T, ExecSpace>::shmem_size(n) +
            3 * ScratchView<int, ExecSpace>::shmem_size(np) + ScratchView<int, ExecSpace>::shmem_size(n) + 64;
   }
-  template <class Member>
-  KOKKOS_INLINE_FUNCTION JacobiScratch(const Member& team, int n, int np)
-      : cs(team.team_scratch(0), np),
-        sn(team.team_scratch(0), np),
-        dpp(team.team_scratch(0), np),
-        dqq(team.team_scratch(0), np),
-        diag(team.team_scratch(0), n),
-        pp(team.team_scratch(0), np),
-        qq(team.team_scratch(0), np),
-        rot(team.team_scratch(0), np),
-        rnk(team.team_scratch(0), n) {}
+  // In the team scratch of the given level.
+  template <class ScratchSpace>
+  KOKKOS_INLINE_FUNCTION JacobiScratch(const ScratchSpace& scratch, int n, int np)
+      : cs(scratch, np),
+        sn(scratch, np),
+        dpp(scratch, np),
+        dqq(scratch, np),
+        diag(scratch, n),
+        pp(scratch, np),
+        qq(scratch, np),
+        rot(scratch, np),
+        rnk(scratch, n) {}
 };
 
 // 2x2 block (k1, k2) of A <- J^T A J and its mirror. The rotations of one round act on
@@ -487,25 +495,36 @@ void batched_eigh_jacobi(const ExecSpace& space, const BatchView& A, const Value
   if (nb == 0) return;
   koptim::Impl::ScopedRegion region(who);
 
-  using Policy          = Kokkos::TeamPolicy<ExecSpace>;
-  using Member          = typename Policy::member_type;
-  using Scratch         = Impl::JacobiScratch<T, ExecSpace>;
-  using ScratchMat      = Kokkos::View<T**, Kokkos::LayoutRight, typename ExecSpace::scratch_memory_space,
+  using Policy         = Kokkos::TeamPolicy<ExecSpace>;
+  using Member         = typename Policy::member_type;
+  using Scratch        = Impl::JacobiScratch<T, ExecSpace>;
+  using ScratchMat     = Kokkos::View<T**, Kokkos::LayoutRight, typename ExecSpace::scratch_memory_space,
                                   Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-  const T eps           = std::numeric_limits<T>::epsilon();
-  const T tol           = options.tolerance > 0.0 ? static_cast<T>(options.tolerance) : eps;
-  const int maxsw       = options.max_sweeps;
-  const int np          = (n + 1) / 2;
-  const std::size_t sb  = Scratch::bytes(n, np);
-  const std::size_t mb  = ScratchMat::shmem_size(n, n);
-  const bool in_scratch = options.use_team_scratch && sb + mb <= static_cast<std::size_t>(Policy::scratch_size_max(0));
+  const T eps          = std::numeric_limits<T>::epsilon();
+  const T tol          = options.tolerance > 0.0 ? static_cast<T>(options.tolerance) : eps;
+  const int maxsw      = options.max_sweeps;
+  const int np         = (n + 1) / 2;
+  const std::size_t sb = Scratch::bytes(n, np);
+  const std::size_t mb = ScratchMat::shmem_size(n, n);
+  // Level 0 (a GPU block's shared memory) for the work arrays, and for the matrix when both fit;
+  // the work arrays in level 1 (global memory) when they alone do not.
+  const auto level_max = [](int level) { return static_cast<std::size_t>(Policy::scratch_size_max(level)); };
+  const std::size_t max0 =
+      options.team_scratch_limit > 0 ? std::min(options.team_scratch_limit, level_max(0)) : level_max(0);
+  const int work_level  = sb <= max0 ? 0 : 1;
+  const bool in_scratch = options.use_team_scratch && work_level == 0 && sb + mb <= max0;
+  if (work_level == 1 && sb > level_max(1)) {
+    throw koptim::ShapeError(std::string(who) + ": matrices of order " + std::to_string(n) + " need " +
+                             std::to_string(sb) + " bytes of team scratch per matrix; this execution space allows " +
+                             std::to_string(level_max(1)) + " (use the LAPACK/cuSOLVER solver)");
+  }
   Policy policy = options.team_size > 0 ? Policy(space, nb, options.team_size) : Policy(space, nb, Kokkos::AUTO);
-  policy.set_scratch_size(0, Kokkos::PerTeam(sb + (in_scratch ? mb : 0)));
+  policy.set_scratch_size(work_level, Kokkos::PerTeam(sb + (in_scratch ? mb : 0)));
 
   Kokkos::parallel_for(
       "koptim::linalg::batched_eigh_jacobi", policy, KOKKOS_LAMBDA(const Member& team) {
         const int b = team.league_rank();
-        Scratch s(team, n, np);
+        Scratch s(team.team_scratch(work_level), n, np);
         auto Ab = Kokkos::subview(A, b, Kokkos::ALL(), Kokkos::ALL());
         auto Vb = Kokkos::subview(V, b, Kokkos::ALL(), Kokkos::ALL());
         auto wb = Kokkos::subview(w, b, Kokkos::ALL());

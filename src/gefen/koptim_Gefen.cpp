@@ -488,6 +488,15 @@ KOKKOS_INLINE_FUNCTION int nearest_entry(T x, const T* thresholds, const std::ui
 using TeamPolicy = Kokkos::TeamPolicy<ExecutionSpace>;
 using Member     = TeamPolicy::member_type;
 
+// launch(first, count) for [begin, end) in pieces of at most INT_MAX teams: a league size is an
+// int, and a wave's blocks are counted in 64 bits (a tensor whose element count has no divisor in
+// [2, 256] has a block per element).
+template <class Launch>
+void in_leagues(std::int64_t begin, std::int64_t end, const Launch& launch) {
+  constexpr std::int64_t most = std::numeric_limits<int>::max();
+  for (std::int64_t b = begin; b < end; b += most) launch(b, static_cast<int>(std::min(most, end - b)));
+}
+
 // Host backends run a block's elements as plain loops over raw pointers (two passes: the
 // block's reductions, then the update), which the compiler vectorizes; device backends spread
 // them over a team. Both compute every value with the same operations in the same order: the
@@ -700,7 +709,6 @@ void update_factors(const ExecutionSpace& exec, const StepTable<T>& t, const typ
   const auto cols          = t.cols;
   const std::int64_t first = wave.factor_first;
   const std::int64_t last  = wave.factor_last;
-  const std::int64_t row0  = wave.row_begin;
   const auto row_moment    = [=] KOKKOS_FUNCTION(const FactorEntry<T>& f, std::int64_t r, double sum) {
     f.R[r] = f.R[r] * b2 + one_minus_b2 * static_cast<T>(sum / static_cast<double>(f.cols));
   };
@@ -713,19 +721,20 @@ void update_factors(const ExecutionSpace& exec, const StepTable<T>& t, const typ
           row_moment(f, r, host_sum_of_squares(f.cols, f.g + r * f.cols));
         });
   } else {
-    Kokkos::parallel_for(
-        "koptim::Gefen::row_moments", TeamPolicy(exec, static_cast<int>(wave.row_end - wave.row_begin), Kokkos::AUTO),
-        KOKKOS_LAMBDA(const Member& team) {
-          const std::int64_t q    = row0 + team.league_rank();
-          const FactorEntry<T>& f = Impl::chunk_entry(rows, first, last, q);
-          const std::int64_t r    = q - f.first_chunk;
-          const T* g              = f.g + r * f.cols;
-          const double sum        = Impl::team_lane_sum(team, f.cols, [&](std::int64_t j) {
-            const double x = static_cast<double>(g[j]);
-            return x * x;
+    in_leagues(wave.row_begin, wave.row_end, [&](const std::int64_t row0, const int count) {
+      Kokkos::parallel_for(
+          "koptim::Gefen::row_moments", TeamPolicy(exec, count, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
+            const std::int64_t q    = row0 + team.league_rank();
+            const FactorEntry<T>& f = Impl::chunk_entry(rows, first, last, q);
+            const std::int64_t r    = q - f.first_chunk;
+            const T* g              = f.g + r * f.cols;
+            const double sum        = Impl::team_lane_sum(team, f.cols, [&](std::int64_t j) {
+              const double x = static_cast<double>(g[j]);
+              return x * x;
+            });
+            Kokkos::single(Kokkos::PerTeam(team), [&]() { row_moment(f, r, sum); });
           });
-          Kokkos::single(Kokkos::PerTeam(team), [&]() { row_moment(f, r, sum); });
-        });
+    });
   }
   // One 64-byte run of columns per index, walked down the rows: a column per index would read
   // one element per cache line on CPUs. Each column still sums its rows in order.
@@ -918,9 +927,10 @@ void step_wave(const ExecutionSpace& exec, const StepTable<T>& t, const typename
     Kokkos::parallel_for("koptim::Gefen::step", Kokkos::RangePolicy<ExecutionSpace>(exec, r.block_begin, r.block_end),
                          HostBlocks<T>{t.blocks, r.first, r.last, tb, s});
   else
-    Kokkos::parallel_for("koptim::Gefen::step",
-                         TeamPolicy(exec, static_cast<int>(r.block_end - r.block_begin), Kokkos::AUTO),
-                         TeamBlocks<T>{t.blocks, r.first, r.last, r.block_begin, tb, s});
+    in_leagues(r.block_begin, r.block_end, [&](const std::int64_t begin, const int count) {
+      Kokkos::parallel_for("koptim::Gefen::step", TeamPolicy(exec, count, Kokkos::AUTO),
+                           TeamBlocks<T>{t.blocks, r.first, r.last, begin, tb, s});
+    });
 }
 
 // Values of a state tensor as doubles (for validation).

@@ -25,7 +25,8 @@ mkdir -p "$kit/bin" "$kit/lib"
 programs=(unit_tests/koptim_core unit_tests/koptim_diagonal unit_tests/koptim_gefen unit_tests/koptim_shampoo
           unit_tests/koptim_comm unit_tests/koptim_nccl unit_tests/koptim_checkpoint unit_tests/koptim_steady_state
           unit_tests/koptim_robustness perf_tests/koptim_perf_diagonal perf_tests/koptim_perf_gefen
-          perf_tests/koptim_perf_shampoo perf_tests/koptim_perf_comm)
+          perf_tests/koptim_perf_shampoo perf_tests/koptim_perf_comm example/koptim_example_checks
+          example/koptim_digits example/koptim_burgers)
 skip='^(linux-vdso|ld-linux|libc\.|libm\.|libdl\.|libpthread\.|librt\.|libstdc\+\+|libgcc_s|libcuda\.|libcudart|libcublas|libcusolver|libcusparse|libnccl|libnvJitLink|libnvrtc)'
 # Copies into $kit/lib every shared library $1 needs that the target machine lacks.
 copy_libraries() {
@@ -58,6 +59,8 @@ strip --strip-unneeded "$kit"/bin/* "$kit"/lib/* 2>/dev/null || true
 cp "$here/run_kit.sh" "$here/../peers/run_peers.py" "$here/../report.py" "$kit/"
 # The tests' reference data.
 mkdir -p "$kit/reference" && cp -r "$here/../../unit_tests/reference/"*.txt "$kit/reference/" 2>/dev/null || true
+# The examples' configurations and the digits data (their short runs at the end of run_kit.sh).
+mkdir -p "$kit/example" && cp -r "$here/../../example/configs" "$here/../../example/data" "$kit/example/"
 if command -v xz > /dev/null; then
   archive=$kit.tar.xz
   tar -C "$(dirname "$kit")" -cf - "$(basename "$kit")" | xz -9e -T1 > "$archive"

@@ -13,12 +13,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <map>
 #include <random>
 #include <set>
+#include <type_traits>
 
 namespace {
 
@@ -251,6 +253,47 @@ std::vector<float> reference_codebook(const std::vector<std::vector<double>>& g0
   return std::vector<float>(c.begin(), c.end());
 }
 
+// How Gefen's state and parameters after a few steps compare with the plain reference. On host
+// backends koptim computes in the reference's arithmetic: bitwise (the parameters of the shared
+// and factored kinds to a few ulp: their second moment is summed in another order). On a device
+// nvcc fuses multiply-adds and a team sums in its own order: the same to rounding, except where
+// rounding moves a momentum across a codebook threshold; there the index differs (at most 1% of
+// them here) and that element's later steps by a fraction of one (up to lr).
+constexpr bool host_arithmetic = std::is_same<koptim::ExecutionSpace, Kokkos::DefaultHostExecutionSpace>::value;
+
+template <class Ref>
+void expect_indices(const std::vector<double>& idx, const Ref& ref) {
+  std::size_t moved = 0;
+  for (std::size_t i = 0; i < idx.size(); ++i) {
+    if (host_arithmetic) ASSERT_EQ(idx[i], ref[i]) << "index " << i;
+    moved += idx[i] != static_cast<double>(ref[i]);
+  }
+  EXPECT_LE(moved, idx.size() / 100) << "momentum indices that differ from the reference";
+}
+
+// w against the reference's parameters rw: within `exact` (0: bitwise) everywhere on host
+// backends; on a device within 64 ulp of the largest parameter, or within lr for at most 1%.
+template <class W, class RW>
+void expect_parameters(const W& w, const RW& rw, double exact, double lr) {
+  double scale = 0;
+  for (auto x : rw) scale = std::max(scale, std::abs(static_cast<double>(x)));
+  const double ulp = std::is_same<typename RW::value_type, float>::value ? 6e-8 : 1.2e-16;
+  std::size_t off  = 0;
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    const double r = static_cast<double>(rw[i]);
+    if (host_arithmetic) {
+      if (exact == 0)
+        ASSERT_EQ(w[i], r) << "parameter " << i;
+      else
+        ASSERT_NEAR(w[i], r, exact * ulp * scale) << "parameter " << i;
+    } else {
+      ASSERT_NEAR(w[i], r, lr) << "parameter " << i;
+      off += std::abs(w[i] - r) > 64 * ulp * scale;
+    }
+  }
+  EXPECT_LE(off, w.size() / 100) << "parameters beyond rounding of the reference";
+}
+
 struct Config {
   std::string name;
   std::map<std::string, std::string> keys;
@@ -324,17 +367,16 @@ TEST_P(GefenReference, StepsMatchPlainImplementation) {
                      ")");
     const auto idx = values(state.tensors.at(info.name + "/indices"));
     const auto am  = values(state.tensors.at(info.name + "/absmax"));
-    for (std::int64_t i = 0; i < info.size; ++i) ASSERT_EQ(idx[i], ref.idx[i]) << "index " << i;
-    for (std::size_t a = 0; a < am.size(); ++a) ASSERT_EQ(am[a], static_cast<double>(ref.absmax[a])) << "absmax " << a;
-    double scale = 0;
-    for (auto x : ref.w) scale = std::max(scale, std::abs(static_cast<double>(x)));
-    const double ulp = std::is_same<typename std::decay_t<decltype(ref.w)>::value_type, float>::value ? 6e-8 : 1.2e-16;
-    for (std::int64_t i = 0; i < info.size; ++i) {
-      if (info.second_moment == GefenSecondMoment::full)
-        ASSERT_EQ(w[t][i], static_cast<double>(ref.w[i])) << "parameter " << i;
+    ASSERT_EQ(idx.size(), static_cast<std::size_t>(info.size));
+    expect_indices(idx, ref.idx);
+    for (std::size_t a = 0; a < am.size(); ++a) {
+      const double r = static_cast<double>(ref.absmax[a]);
+      if (host_arithmetic)
+        ASSERT_EQ(am[a], r) << "absmax " << a;
       else
-        ASSERT_NEAR(w[t][i], static_cast<double>(ref.w[i]), 8 * ulp * scale) << "parameter " << i;
+        ASSERT_NEAR(am[a], r, 1e-5 * std::abs(r)) << "absmax " << a;
     }
+    expect_parameters(w[t], ref.w, info.second_moment == GefenSecondMoment::full ? 0.0 : 8.0, lr);
   };
   for (int t = 0; t < 4; ++t) compare(rf[t], t);
   compare(rd, 4);
@@ -355,11 +397,17 @@ INSTANTIATE_TEST_SUITE_P(
 
 // Many factored tensors, in two parameter groups, more than one wave of
 // gefen::host_wave_bytes per host thread in each (on host backends a wave's factors, then its
-// update): every tensor steps as the reference does.
+// update): every tensor steps as the reference does. A device step is one wave whatever the
+// model (and a device's concurrency, some 10^5 threads, would ask for millions of tensors): three
+// tensors per group there.
 TEST(Gefen, FactoredTensorsInWavesMatchPlainImplementation) {
-  const std::int64_t bytes = 150 * 70 * sizeof(float);
-  const int per_group      = static_cast<int>(
-      2 * koptim::gefen::host_wave_bytes * koptim::ExecutionSpace().concurrency() / bytes + 2);  // > 2 waves
+  const std::int64_t bytes  = 150 * 70 * sizeof(float);
+  constexpr bool host_waves = std::is_same<koptim::ExecutionSpace, Kokkos::DefaultHostExecutionSpace>::value;
+  const int per_group =
+      host_waves
+          ? static_cast<int>(2 * koptim::gefen::host_wave_bytes * koptim::ExecutionSpace().concurrency() / bytes +
+                             2)  // > 2 waves
+          : 3;
   koptim::ParameterSet params;
   const int other = params.add_group("other", {3e-3, 0.0});
   std::vector<std::unique_ptr<TestTensor<float>>> t;
@@ -404,12 +452,8 @@ TEST(Gefen, FactoredTensorsInWavesMatchPlainImplementation) {
   for (std::size_t k = 0; k < t.size(); ++k) {
     SCOPED_TRACE(infos[k].name);
     const auto idx = values(state.tensors.at(infos[k].name + "/indices"));
-    for (std::size_t i = 0; i < idx.size(); ++i) ASSERT_EQ(idx[i], ref[k].idx[i]) << "index " << i;
-    const auto w = t[k]->get();
-    double scale = 0;
-    for (auto x : ref[k].w) scale = std::max(scale, std::abs(static_cast<double>(x)));
-    for (std::size_t i = 0; i < w.size(); ++i)
-      ASSERT_NEAR(w[i], static_cast<double>(ref[k].w[i]), 8 * 6e-8 * scale) << "parameter " << i;
+    expect_indices(idx, ref[k].idx);
+    expect_parameters(t[k]->get(), ref[k].w, 8.0, lr);
   }
 }
 

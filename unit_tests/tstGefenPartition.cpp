@@ -360,7 +360,13 @@ TEST(GefenPartition, TieGoesToLargerBlock) {
   EXPECT_EQ(scores.scores[4], 63.0 / 16.0);
   EXPECT_EQ(scores.scores[6], 63.0 / 16.0);
   EXPECT_EQ(choose_partition(g.data(), n), 64);
-  EXPECT_EQ(from_view(g), 64);
+  // The tie is exact in the host's arithmetic; a device's log may break it by an ulp either way.
+  if (std::is_same<Kokkos::DefaultExecutionSpace, Kokkos::DefaultHostExecutionSpace>::value) {
+    EXPECT_EQ(from_view(g), 64);
+  } else {
+    const auto p = from_view(g);
+    EXPECT_TRUE(p == 16 || p == 64) << p;
+  }
   EXPECT_EQ(naive_choose(g), 64);
 }
 
@@ -478,7 +484,12 @@ TEST(GefenPartition, KokkosViewsMatchHost) {
 
     const auto view = to_view<double>(g);
     const double x0 = gimpl::first_on_device(view, gimpl::LogSquare());
-    EXPECT_EQ(x0, gimpl::log_square(g[0]));
+    // The same function on the host's and a device's math library (CUDA's log is within an ulp of
+    // glibc's, and nvcc may fuse d * d + 1e-12): equal on host backends, within rounding on a device.
+    if (std::is_same<Kokkos::DefaultExecutionSpace, Kokkos::DefaultHostExecutionSpace>::value)
+      EXPECT_EQ(x0, gimpl::log_square(g[0]));
+    else
+      EXPECT_NEAR(x0, gimpl::log_square(g[0]), 1e-15 * (1.0 + std::abs(gimpl::log_square(g[0]))));
     const auto device = gimpl::device_prefix(n, gimpl::ShiftedLogSquare<Kokkos::View<const double*>>{view, x0});
     const auto host   = gimpl::log_square_prefix(g.data(), n);
     ASSERT_EQ(device.extent(0), host.size());

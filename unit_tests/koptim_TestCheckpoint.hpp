@@ -17,10 +17,12 @@
 
 namespace koptim_test {
 
+// The layouts are spelled out (a device's default is LayoutLeft): the tests' expected messages and
+// files name them.
 struct CheckpointModel {
-  Kokkos::View<float**> w1{"enc/w1", 12, 10}, g1{"g1", 12, 10};
+  Kokkos::View<float**, Kokkos::LayoutRight> w1{"enc/w1", 12, 10}, g1{"g1", 12, 10};
   Kokkos::View<float*> b1{"b1", 10}, gb1{"gb1", 10};
-  Kokkos::View<float***> w2{"w2", 7, 5, 3}, g2{"g2", 7, 5, 3};
+  Kokkos::View<float***, Kokkos::LayoutRight> w2{"w2", 7, 5, 3}, g2{"g2", 7, 5, 3};
   Kokkos::View<double**, Kokkos::LayoutLeft> w3{"w3", 9, 6}, g3{"g3", 9, 6};
   Kokkos::View<double*> s{"scale", 4}, gs{"gs", 4};
   koptim::ParameterSet params;

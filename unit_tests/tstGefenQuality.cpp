@@ -100,7 +100,7 @@ Dataset read_diabetes() {
 // A one-hidden-layer tanh MLP in float parameters the optimizer updates in place.
 struct Mlp {
   std::int64_t d, h, o;
-  Kokkos::View<float**> W1, dW1, W2, dW2;
+  Kokkos::View<float**, Kokkos::LayoutRight> W1, dW1, W2, dW2;  // row-major on a device too
   Kokkos::View<float*> b1, db1, b2, db2;
   koptim::ParameterSet params;
 

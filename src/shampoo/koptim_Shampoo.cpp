@@ -1569,8 +1569,8 @@ Shampoo::Shampoo(ParameterSet params, CommonOptions common, ShampooOptions optio
       for (int j = 0; j < kv.first; ++j) own += o.inverse_exponent_override_dim.count({kv.first, j}) ? 1 : 0;
       if (own == kv.first)
         throw ConfigError("koptim::Shampoo: inverse_exponent_override/" + order_key(kv.first) +
-                          " would be ignored: every dimension of order " + std::to_string(kv.first) + " has an order_" +
-                          std::to_string(kv.first) + "_dim_J entry of its own, which wins");
+                          " would be ignored: every dimension of order " + std::to_string(kv.first) + " has an " +
+                          order_key(kv.first) + "_dim_J entry of its own, which wins");
     }
     for (const auto& kv : o.inverse_exponent_override_dim)
       if (!orders.count(kv.first.first) || kv.first.second < 0 || kv.first.second >= kv.first.first)

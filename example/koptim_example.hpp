@@ -833,9 +833,11 @@ inline Teuchos::RCP<Teuchos::ParameterList> read_config(const std::string& path,
     text << "--lr " << std::setprecision(17) << lr;
     overrides = text.str();
   }
-  if (steps > 0 && list->isSublist("lr_schedule") && list->sublist("lr_schedule").isParameter("total_steps")) {
+  // A schedule with a length (cosine, linear); a file's total_steps of -1 is "unset" (the value a
+  // list printed with every default has), which only a schedule without a length accepts.
+  const int total = v.sublist("lr_schedule").get<int>("total_steps");
+  if (steps > 0 && total != -1) {
     auto& s          = list->sublist("lr_schedule");
-    const int total  = v.sublist("lr_schedule").get<int>("total_steps");
     const int warmup = v.sublist("lr_schedule").get<int>("warmup_steps");
     if (!steps_given && total != steps)
       throw UsageError("'" + path + "' sets lr_schedule total_steps = " + std::to_string(total) + ", and the run has " +

@@ -164,8 +164,27 @@ TEST(Config, RejectsOutOfRangeValues) {
     d.sublist("lr_schedule").set("warmup_steps", 2);
     expect_contains(config_error(d),
                     {"key 'lr_schedule/" + key + "' is required with lr_schedule type '" + type + "'", "required"});
+    d.sublist("lr_schedule").set(key, -1);  // written, but "unset"
+    expect_contains(config_error(d), {"key 'lr_schedule/" + key + "' is required", "and is -1 (unset)"});
     d.sublist("lr_schedule").set(key, 10);
     EXPECT_EQ(config_error(d), "") << type;
+  }
+  // A list with every default written out (as printed by the reference, or taken from
+  // valid_parameters) reads, and given a decaying type without its length it is refused: the
+  // printed length is -1 (unset), not a value that would decay the lr in one step.
+  for (const auto& name : koptim::optimizer_names()) {
+    Teuchos::ParameterList full = *koptim::valid_parameters(name);
+    full.set("optimizer", name);
+    full.set("lr", 0.01);  // SGD has no default lr
+    EXPECT_EQ(config_error(full), "") << name;
+    for (const std::string type : {"cosine", "linear", "step"}) {
+      Teuchos::ParameterList d = full;
+      d.sublist("lr_schedule").set("type", type);
+      expect_contains(config_error(d),
+                      {"key 'lr_schedule/" + std::string(type == "step" ? "step_size" : "total_steps") +
+                           "' is required with lr_schedule type '" + type + "'",
+                       "and is -1 (unset)"});
+    }
   }
 }
 
@@ -372,7 +391,7 @@ TEST(Config, RefusesScheduleKeysTheTypeIgnores) {
   l = adamw();
   l.sublist("lr_schedule").set("type", std::string("step"));
   l.sublist("lr_schedule").set("step_size", 10);
-  l.sublist("lr_schedule").set("total_steps", 1);  // the default
+  l.sublist("lr_schedule").set("total_steps", -1);  // the default (unset)
   EXPECT_EQ(config_error(l), "");
   // An integer entry of C++'s long long (as YAML gives beyond int) is read as the int it holds.
   l = adamw();

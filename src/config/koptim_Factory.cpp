@@ -72,10 +72,14 @@ void add_common(ParameterList& l, double lr, double weight_decay, const std::str
       "them with a linear warmup. The keys of the other types must stay at their defaults (they would be ignored).",
       V::choice({"constant", "linear_warmup", "cosine", "linear", "step"}));
   add(s, "warmup_steps", 0, "Steps of linear warmup from lr/warmup_steps to lr.", V::integer(R::warmup_steps));
-  add(s, "total_steps", 1, "cosine, linear (required with them): the step at which the decay reaches min_lr_factor.",
-      V::integer(R::total_steps));
+  // The schedule's length has no default (see require_schedule_length): unset (-1) until written, so
+  // a list printed with every default and then given type cosine is refused, not decayed in a step.
+  add(s, "total_steps", Impl::unset_in_lists,
+      "cosine, linear (required with them): the step at which the decay reaches min_lr_factor.",
+      V::integer(R::total_steps, V::Special{Impl::unset_in_lists, "unset"}));
   add(s, "min_lr_factor", 0.0, "cosine, linear: the final factor.", V::real(R::min_lr_factor));
-  add(s, "step_size", 1, "step (required with it): steps between two decays.", V::integer(R::step_size));
+  add(s, "step_size", Impl::unset_in_lists, "step (required with it): steps between two decays.",
+      V::integer(R::step_size, V::Special{Impl::unset_in_lists, "unset"}));
   add(s, "gamma", 0.1, "step: the factor of each decay.", V::real(R::gamma));
 }
 
@@ -327,14 +331,18 @@ void reject_ignored_schedule_keys(const ParameterList& s, const ParameterList& d
 
 // The length of a decaying schedule has no default that could be right: total_steps (cosine,
 // linear) and step_size (step) must be written. A default of 1 would decay to min_lr_factor (0)
-// at the first step, or by gamma at every step, and the training would go on without a word.
+// at the first step, or by gamma at every step, and the training would go on without a word. Their
+// listed default is -1 (unset), so a list printed with every default and then given a decaying
+// type is refused here too.
 void require_schedule_length(const ParameterList& list, const ParameterList& s, const ParameterList& defaults,
                              const std::string& optimizer) {
   const auto type       = s.get<std::string>("type");
   const std::string key = type == "cosine" || type == "linear" ? "total_steps" : type == "step" ? "step_size" : "";
-  if (key.empty() || (list.isSublist("lr_schedule") && list.sublist("lr_schedule").isParameter(key))) return;
+  if (key.empty() || s.get<int>(key) != Impl::unset_in_lists) return;
+  const bool written = list.isSublist("lr_schedule") && list.sublist("lr_schedule").isParameter(key);
   throw ConfigError("koptim: key 'lr_schedule/" + key + "' is required with lr_schedule type '" + type +
-                    "' for optimizer " + optimizer + " (" + defaults.getEntry(key).docString() + ")");
+                    "' for optimizer " + optimizer + (written ? " and is -1 (unset)" : "") + " (" +
+                    defaults.getEntry(key).docString() + ")");
 }
 
 LRSchedule schedule_from(const ParameterList& s) {

@@ -15,6 +15,7 @@
 
 #include <cstdio>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iterator>
@@ -40,6 +41,17 @@ std::string read_all(const std::string& path) {
 void write_all(const std::string& path, const std::string& bytes) {
   if (world()->rank() == 0) std::ofstream(path, std::ios::binary) << bytes;
   MPI_Barrier(world()->mpi_comm());
+}
+
+// The files beside path whose names begin with path's and ".tmp" (a save's temporary files).
+std::vector<std::string> temporary_files(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path p(path);
+  const std::string prefix = p.filename().string() + ".tmp";
+  std::vector<std::string> found;
+  for (const auto& e : fs::directory_iterator(p.parent_path()))
+    if (e.path().filename().string().rfind(prefix, 0) == 0) found.push_back(e.path().string());
+  return found;
 }
 
 std::unique_ptr<koptim::Optimizer> make(CheckpointModel& m, const std::string& config, int steps) {
@@ -431,6 +443,48 @@ TEST(Checkpoint, RefusesBadFilesAndChangesNothing) {
   });
   expect_refused(big_step, *opt, m, {"attribute 'step' of /optimizer = 9223372036854788153", "signed 64-bit"});
 
+  // Shapes koptim never writes, each read into a buffer sized from what koptim writes, which HDF5
+  // would overrun: a 2-D attribute, an attribute without a value (a null dataspace, whose read
+  // would leave the value as it was), a /parameter_list of many strings. Refused before a read.
+  const std::string matrix_meta = edited("matrix_metadata", [](hid_t f) {
+    const hid_t o         = H5Oopen(f, "metadata", H5P_DEFAULT);
+    const hsize_t dims[2] = {64, 64};
+    const hid_t space     = H5Screate_simple(2, dims, nullptr);
+    std::vector<std::uint64_t> v(64 * 64, 7);
+    const hid_t a = H5Acreate2(o, "grid", H5T_STD_U64LE, space, H5P_DEFAULT, H5P_DEFAULT);
+    EXPECT_GE(H5Awrite(a, H5T_NATIVE_UINT64, v.data()), 0);
+    H5Aclose(a);
+    H5Sclose(space);
+    H5Oclose(o);
+  });
+  expect_refused(matrix_meta, *opt, m, {"attribute 'grid' of /metadata has 2 dimensions", "scalars and 1-D arrays"});
+  expect_error([&] { koptim::io::read_checkpoint_metadata(matrix_meta); }, {"attribute 'grid'", "2 dimensions"});
+  const std::string null_meta = edited("null_metadata", [](hid_t f) {
+    const hid_t o     = H5Oopen(f, "metadata", H5P_DEFAULT);
+    const hid_t space = H5Screate(H5S_NULL);
+    const hid_t a     = H5Acreate2(o, "epoch", H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT);
+    EXPECT_GE(a, 0);
+    H5Aclose(a);
+    H5Sclose(space);
+    H5Oclose(o);
+  });
+  expect_refused(null_meta, *opt, m, {"attribute 'epoch' of /metadata has an empty (null) dataspace"});
+  const std::string many_lists = edited("many_parameter_lists", [](hid_t f) {
+    EXPECT_GE(H5Ldelete(f, "parameter_list", H5P_DEFAULT), 0);
+    const hsize_t n   = 4096;
+    const hid_t space = H5Screate_simple(1, &n, nullptr);
+    const hid_t t     = H5Tcopy(H5T_C_S1);
+    H5Tset_size(t, 16);
+    const hid_t d = H5Dcreate2(f, "parameter_list", t, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    EXPECT_GE(d, 0);
+    std::vector<char> text(16 * n, 'x');
+    EXPECT_GE(H5Dwrite(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()), 0);
+    H5Dclose(d);
+    H5Tclose(t);
+    H5Sclose(space);
+  });
+  expect_refused(many_lists, *opt, m, {"/parameter_list is not one string"});
+
   // Ranks that name different files (on one rank: a missing file).
   expect_refused(world()->rank() == 0 && world()->size() > 1 ? good : file("elsewhere"), *opt, m,
                  {world()->size() > 1 ? "the ranks name different files" : "cannot open the file"});
@@ -484,6 +538,8 @@ TEST(Checkpoint, AFailedSaveLeavesThePreviousFile) {
   CheckpointModel a;
   auto opt               = make(a, "Shampoo", 3);
   const std::string path = file("atomic");
+  if (world()->rank() == 0)  // an earlier run's, killed in a save
+    for (const auto& t : temporary_files(path)) std::remove(t.c_str());
   koptim::io::save_checkpoint(path, *opt, save_options());
   const auto state  = opt->export_state();
   const auto values = a.bytes();
@@ -491,14 +547,44 @@ TEST(Checkpoint, AFailedSaveLeavesThePreviousFile) {
     a.gradients(s);
     opt->step();
   }
-  koptim::io::Impl::inject_save_failure_after(3);
-  expect_error([&] { koptim::io::save_checkpoint(path, *opt, save_options()); }, {"injected failure"});
-  EXPECT_FALSE(std::ifstream(path + ".tmp").good()) << "the temporary file was left behind";
+  // On every rank, and then on one rank alone (the last): a failure that only one rank meets (its
+  // memory, its copy from the device) fails the save on every rank, which close the file together,
+  // instead of leaving the others waiting in a collective write.
+  for (const bool one_rank : {false, true}) {
+    SCOPED_TRACE(one_rank ? "failure on the last rank only" : "failure on every rank");
+    if (!one_rank || world()->rank() == world()->size() - 1) koptim::io::Impl::inject_save_failure_after(3);
+    expect_error([&] { koptim::io::save_checkpoint(path, *opt, save_options()); }, {"injected failure"});
+    MPI_Barrier(world()->mpi_comm());
+    EXPECT_EQ(temporary_files(path), std::vector<std::string>{}) << "a temporary file was left behind";
+    CheckpointModel b;
+    auto fresh = koptim::create(b.params, koptim_test::checkpoint_config("Shampoo"), world());
+    koptim::io::load_checkpoint(path, *fresh, load_options());
+    EXPECT_TRUE(state == fresh->export_state());
+    EXPECT_TRUE(values == b.bytes());
+  }
+}
+
+// Processes that save the same path without a communicator between them (a replicated optimizer
+// saved on every rank without SaveOptions::comm) each write a temporary file of their own and
+// rename it: every save succeeds and the file is a whole one, not one process's truncation of
+// another's file.
+TEST(Checkpoint, IndependentSavesToOnePathDoNotCollide) {
+  CheckpointModel a;
+  auto opt = koptim::create(a.params, koptim_test::checkpoint_config("AdamW"));
+  a.gradients(1);
+  opt->step();
+  const std::string path = file("independent");
+  if (world()->rank() == 0)  // an earlier run's, killed in a save
+    for (const auto& t : temporary_files(path)) std::remove(t.c_str());
+  MPI_Barrier(world()->mpi_comm());
+  for (int i = 0; i < 10; ++i) EXPECT_NO_THROW(koptim::io::save_checkpoint(path, *opt)) << "save " << i;
+  MPI_Barrier(world()->mpi_comm());
+  EXPECT_EQ(temporary_files(path), std::vector<std::string>{});
   CheckpointModel b;
-  auto fresh = koptim::create(b.params, koptim_test::checkpoint_config("Shampoo"), world());
-  koptim::io::load_checkpoint(path, *fresh, load_options());
-  EXPECT_TRUE(state == fresh->export_state());
-  EXPECT_TRUE(values == b.bytes());
+  auto fresh = koptim::create(b.params, koptim_test::checkpoint_config("AdamW"));
+  koptim::io::load_checkpoint(path, *fresh);
+  EXPECT_TRUE(opt->export_state() == fresh->export_state());
+  EXPECT_TRUE(a.bytes() == b.bytes());
 }
 
 TEST(Checkpoint, RejectsBadMetadataBeforeWriting) {

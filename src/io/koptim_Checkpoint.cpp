@@ -248,8 +248,14 @@ Attribute read_attribute(hid_t obj, const std::string& name, const std::string& 
   Handle space(ok(H5Aget_space(a), "cannot read the shape of " + what), H5Sclose);
   const int rank = H5Sget_simple_extent_ndims(space);
   ok(rank, "cannot read the shape of " + what);
+  // koptim writes scalars and 1-D arrays; any other shape is refused before a read, whose buffer
+  // is sized from the shape (a 2-D attribute read into a 1-D buffer would overflow it).
+  if (rank > 1)
+    throw Error(what + " has " + std::to_string(rank) + " dimensions; koptim writes scalars and 1-D arrays");
+  if (H5Sget_simple_extent_type(space) != (rank == 0 ? H5S_SCALAR : H5S_SIMPLE))
+    throw Error(what + " has an empty (null) dataspace; koptim writes scalars and 1-D arrays");
   hsize_t n = 1;
-  if (rank == 1) H5Sget_simple_extent_dims(space, &n, nullptr);
+  if (rank == 1) ok(H5Sget_simple_extent_dims(space, &n, nullptr), "cannot read the shape of " + what);
   Attribute out;
   const H5T_class_t c = H5Tget_class(type);
   if (c == H5T_INTEGER) {
@@ -797,8 +803,9 @@ Handle create_dataset(hid_t group, const std::string& name, ScalarType dtype, co
 // writes a filtered dataset collectively only, one call per dataset; with the holder alone
 // writing, the ranks would take turns.) False, having done nothing, when the tensor is too small
 // to share or a share would exceed MPI's int counts.
+template <class Prepare>
 bool write_shared(const Ranks& r, hid_t d, const Entry& e, const std::map<std::string, StateTensor>& tensors,
-                  const std::string& key, hid_t xfer, const std::string& what) {
+                  const std::string& key, hid_t xfer, const std::string& what, Prepare&& prepare) {
   const std::int64_t n = product(e.shape), esize = static_cast<std::int64_t>(size_of(e.dtype));
   if (e.shape.empty() || n == 0 || n * esize > (std::int64_t{1} << 30)) return false;
   const auto chunk  = chunk_of(e.shape, static_cast<std::size_t>(esize));
@@ -820,8 +827,13 @@ bool write_shared(const Ranks& r, hid_t d, const Entry& e, const std::map<std::s
     calls = std::max(calls, transfers_of(e.shape, share(k), share(k + 1) - share(k)).size());
   }
   const std::int64_t lo = share(r.rank()), hi = share(r.rank() + 1);
-  std::vector<unsigned char> mine(static_cast<std::size_t>((hi - lo) * esize));
-  const unsigned char* from = r.rank() == owner ? tensors.at(key).bytes() : nullptr;
+  std::vector<unsigned char> mine;
+  const unsigned char* from = nullptr;
+  r.together([&] {
+    prepare();
+    mine.resize(static_cast<std::size_t>((hi - lo) * esize));
+    if (r.rank() == owner) from = tensors.at(key).bytes();
+  });
   MPI_Scatterv(from, counts.data(), displs.data(), MPI_BYTE, mine.data(), counts[static_cast<std::size_t>(r.rank())],
                MPI_BYTE, owner, r.comm->mpi_comm());
   transfer(true, d, e.dtype, e.shape, mine.data(), lo, hi - lo, calls, xfer, what);
@@ -933,12 +945,20 @@ const unsigned char* parameter_bytes(const TensorRef& t, std::int64_t offset, st
 
 std::string layout_of(const TensorRef& t) { return t.layout_right ? "right" : "left"; }
 
-// fsync of a file or directory; false on failure.
+std::string host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return "host";
+  return name;
+}
+
+// fsync of a file or directory; false on failure, with errno the failing call's.
 bool sync_path(const std::string& p, bool directory) {
   const int fd = ::open(p.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
   if (fd < 0) return false;
-  const bool good = ::fsync(fd) == 0;
+  const bool good   = ::fsync(fd) == 0;
+  const int failure = errno;
   ::close(fd);
+  errno = failure;
   return good;
 }
 std::string directory_of(const std::string& p) {
@@ -1048,14 +1068,21 @@ void save_checkpoint(const std::string& path, const Optimizer& opt, const SaveOp
     koptim::Impl::BorrowState borrow;
     state = opt.export_state();
   });
-  r.together([&] { plan = plan_of(all_gather_bytes(r, manifest_of(state))); });
+  // The temporary file's name is this save's own (rank 0's host and process, which every rank
+  // takes): two processes that save to the same path without a communicator between them (a
+  // replicated optimizer saved on every rank without SaveOptions::comm) each write a whole file of
+  // their own and rename it, instead of truncating and renaming one file that the other is writing.
+  std::string tmp;
+  r.together([&] {
+    plan = plan_of(all_gather_bytes(r, manifest_of(state)));
+    tmp  = all_gather_bytes(r, path + ".tmp-" + host_name() + "-" + std::to_string(::getpid()))[0];
+  });
 
   // 2. The file, written collectively.
-  const std::string tmp = path + ".tmp";
-  int failure_after     = injected_failure;
-  injected_failure      = -1;
-  int datasets          = 0;
-  auto count_dataset    = [&] {
+  int failure_after  = injected_failure;
+  injected_failure   = -1;
+  int datasets       = 0;
+  auto count_dataset = [&] {
     if (failure_after >= 0 && datasets++ == failure_after)
       throw Error(where + "injected failure after " + std::to_string(failure_after) + " datasets (test hook)");
   };
@@ -1149,11 +1176,14 @@ void save_checkpoint(const std::string& path, const Optimizer& opt, const SaveOp
         std::size_t calls    = 0;
         for (int k = 0; k < r.size(); ++k)
           calls = std::max(calls, transfers_of(p.param.shape, share(k), share(k + 1) - share(k)).size());
-        Handle d = create_dataset(g, "value", p.param.dtype, p.param.shape, gname + "/value");
-        count_dataset();
+        Handle d              = create_dataset(g, "value", p.param.dtype, p.param.shape, gname + "/value");
         const std::int64_t lo = share(r.rank()), hi = share(r.rank() + 1);
         std::vector<unsigned char> copy;
-        auto* bytes = const_cast<unsigned char*>(parameter_bytes(p.param, lo, hi - lo, copy));
+        unsigned char* bytes = nullptr;
+        r.together([&] {
+          count_dataset();
+          bytes = const_cast<unsigned char*>(parameter_bytes(p.param, lo, hi - lo, copy));
+        });
         transfer(true, d, p.param.dtype, p.param.shape, bytes, lo, hi - lo, calls, xfer, where + gname + "/value");
       }
 
@@ -1174,8 +1204,8 @@ void save_checkpoint(const std::string& path, const Optimizer& opt, const SaveOp
         }
         const std::string dname = gname + "/" + loc.second;
         Handle d                = create_dataset(g, loc.second, e.dtype, e.shape, dname);
-        count_dataset();
-        if (r.parallel() && e.parts.size() == 1 && write_shared(r, d, e, state.tensors, kv.first, xfer, where + dname))
+        if (r.parallel() && e.parts.size() == 1 &&
+            write_shared(r, d, e, state.tensors, kv.first, xfer, where + dname, count_dataset))
           continue;
         const Part* mine  = nullptr;
         std::size_t calls = 0;
@@ -1184,11 +1214,19 @@ void save_checkpoint(const std::string& path, const Optimizer& opt, const SaveOp
           calls = std::max(calls, transfers_of(e.shape, p.offset, p.count).size());
         }
         // (The tensor is only read; HDF5's write takes a non-const pointer.)
-        auto* data = mine ? const_cast<unsigned char*>(state.tensors.at(kv.first).bytes()) : nullptr;
+        unsigned char* data = nullptr;
+        r.together([&] {
+          count_dataset();
+          if (mine) data = const_cast<unsigned char*>(state.tensors.at(kv.first).bytes());
+        });
         transfer(true, d, e.dtype, e.shape, data, mine ? mine->offset : 0, mine ? mine->count : 0, calls, xfer,
                  where + dname);
       }
       groups.clear();
+      // Every rank's writes to stable storage (with MPI-IO an MPI_File_sync on every rank, which
+      // HDF5 skips when it closes a file): rank 0's fsync below reaches only what its own node
+      // wrote on a parallel file system.
+      ok(H5Fflush(file, H5F_SCOPE_GLOBAL), where + "cannot flush '" + tmp + "' to disk");
       if (file.close() < 0) throw Error(where + "cannot close '" + tmp + "' (HDF5: " + hdf5_message() + ")");
     });
 
@@ -1198,7 +1236,11 @@ void save_checkpoint(const std::string& path, const Optimizer& opt, const SaveOp
       if (!sync_path(tmp, false)) throw Error(where + "cannot sync '" + tmp + "' to disk: " + std::strerror(errno));
       if (std::rename(tmp.c_str(), path.c_str()) != 0)
         throw Error(where + "cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(errno));
-      sync_path(directory_of(path), true);
+      // The rename itself, durable: a directory whose file system cannot sync it (EINVAL) is left.
+      const std::string dir = directory_of(path);
+      if (!sync_path(dir, true) && errno != EINVAL)
+        throw Error(where + "wrote '" + path + "' but cannot sync its directory '" + dir +
+                    "' to disk: " + std::strerror(errno) + " (the file may not survive a crash of the machine)");
     });
   } catch (...) {
     // Every handle is closed by now; the previous file at path is untouched.
@@ -1257,6 +1299,12 @@ LoadReport load_checkpoint(const std::string& path, Optimizer& opt, const LoadOp
       Handle t(ok(H5Dget_type(d), where + "cannot read /parameter_list"), H5Tclose);
       if (H5Tget_class(t) != H5T_STRING || H5Tis_variable_str(t) != 0)
         throw Error(where + "/parameter_list is not a fixed-length string" + damaged);
+      // One string, as written: the read's buffer holds one element.
+      Handle space(ok(H5Dget_space(d), where + "cannot read the shape of /parameter_list"), H5Sclose);
+      hsize_t count = 0;
+      if (H5Sget_simple_extent_ndims(space) != 1 || H5Sget_simple_extent_dims(space, &count, nullptr) != 1 ||
+          count != 1)
+        throw Error(where + "/parameter_list is not one string" + damaged);
       saved_xml.assign(H5Tget_size(t), '\0');
       check_chunks(d, where + "/parameter_list");
       ok(H5Dread(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, &saved_xml[0]), where + "cannot read /parameter_list");

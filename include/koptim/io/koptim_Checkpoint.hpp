@@ -13,9 +13,9 @@
 //   once through MPI-IO; state is stored by parameter and block, never by rank, so a file
 //   written on N ranks loads on M: each rank reads only the blocks, tensors or slices it keeps
 //   (Optimizer::state_part).
-// - Atomic: the file is written as "<path>.tmp" beside the target, flushed to disk and renamed
-//   over the target only once every rank has written its part; an error or a crash during a
-//   save leaves the previous file untouched.
+// - Atomic: the file is written as "<path>.tmp-<host>-<pid>" beside the target (rank 0's host
+//   and process), flushed to disk on every rank and renamed over the target only once every rank
+//   has written its part; an error or a crash during a save leaves the previous file untouched.
 // - Every dataset carries HDF5's Fletcher32 checksum; a corrupted dataset is detected at load.
 // - A load either restores everything (the optimizer's state, the parameters' values) or throws
 //   a koptim::Error naming the problem, on every rank, with nothing changed.
@@ -119,8 +119,9 @@ LoadReport load_checkpoint(const std::string& path, Optimizer& opt, const LoadOp
 Metadata read_checkpoint_metadata(const std::string& path);
 
 namespace Impl {
-// Test hook: the next save fails (on every rank, as a disk error would) after writing this many
-// datasets; negative: never. Reset after it fires.
+// Test hook: the next save on the calling rank fails after writing this many datasets (called on
+// every rank: as a disk error would; on one: as that rank's memory would); negative: never. Reset
+// after it fires.
 void inject_save_failure_after(int datasets);
 }  // namespace Impl
 

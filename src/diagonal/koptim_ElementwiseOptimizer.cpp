@@ -177,6 +177,9 @@ Optimizer::StateKeys ElementwiseOptimizer::check_entries(const OptimizerState& s
     for (std::size_t s = 0; s < slots_.size(); ++s) {
       const std::string k = key(pc, s);
       auto it             = state.tensors.find(k);
+      // A parameter without elements has no state to restore; a sharded run (where it is in no
+      // rank's slice) exports none for it, so its absence is not a missing piece.
+      if (it == state.tensors.end() && pc.size == 0) continue;
       if (it == state.tensors.end()) {
         throw StateError("koptim::" + name() + "::import_state: the state has no tensor '" + k + "'");
       }
@@ -210,7 +213,10 @@ Optimizer::StateKeys ElementwiseOptimizer::check_entries(const OptimizerState& s
 
 void ElementwiseOptimizer::import_tensors(const OptimizerState& state) {
   for (auto& pc : pieces_)
-    for (std::size_t s = 0; s < slots_.size(); ++s) pc.buffers[s].assign(state.tensors.at(key(pc, s)));
+    for (std::size_t s = 0; s < slots_.size(); ++s) {
+      const auto it = state.tensors.find(key(pc, s));
+      if (it != state.tensors.end()) pc.buffers[s].assign(it->second);  // absent: no elements (check_entries)
+    }
 }
 
 }  // namespace Impl

@@ -156,8 +156,18 @@ Communicator::CommHandle::~CommHandle() {
 Communicator::Communicator(MPI_Comm dup, Backend backend) : comm_(dup), backend_(backend) {
   MPI_Comm_rank(dup, &rank_);
   MPI_Comm_size(dup, &size_);
-  // Ranks of one job run the same MPI library, so this flag is the same on every rank.
-  cuda_aware_ = !host_accessible && Impl::mpi_reports_cuda_support();
+  // Ranks of one job run the same MPI library, so the library's answer is the same on every rank;
+  // the override KOPTIM_MPI_CUDA_AWARE is each rank's environment: checked on every backend (a
+  // value that is neither 0 nor 1 is refused, also where it is not used) and the check agreed on,
+  // so that a rank with a bad value fails every rank's create, not only its own.
+  std::exception_ptr error;
+  try {
+    const bool cuda_aware = Impl::mpi_reports_cuda_support();
+    cuda_aware_           = !host_accessible && cuda_aware;
+  } catch (...) {
+    error = std::current_exception();
+  }
+  agree_on_exception(error);
 }
 
 Communicator::~Communicator() = default;

@@ -1,5 +1,6 @@
 #include <koptim/config/koptim_Factory.hpp>
 
+#include "../comm/koptim_Distributor.hpp"
 #include "../diagonal/koptim_DiagonalKeys.hpp"
 #include "../gefen/koptim_GefenKeys.hpp"
 #include "../shampoo/koptim_ShampooKeys.hpp"
@@ -431,18 +432,33 @@ std::unique_ptr<Optimizer> create(const ParameterSet& params, const ParameterLis
 std::unique_ptr<Optimizer> create(const ParameterSet& params, const ParameterList& list,
                                   std::shared_ptr<comm::Communicator> comm) {
   Impl::ScopedRegion region("koptim::create");
-  const ParameterList l = validated_parameters(list);
-  const Entry& e        = entry(l.get<std::string>("optimizer"));
   // Read everything first; the optimizer is built only from a complete, valid set of values.
+  // With several ranks, on every rank alike: a list refused on one rank is refused on every rank
+  // (the lowest failing rank's error), and ranks whose lists differ (a shard_state on some ranks
+  // only would build optimizers that do not meet in their collectives) are refused together.
+  const comm::Communicator* ranks = comm && comm->size() > 1 ? comm.get() : nullptr;
+  ParameterList l;
+  const Entry* e = nullptr;
   CommonOptions c;
-  c.lr           = l.get<double>("lr");
-  c.weight_decay = l.get<double>("weight_decay");
-  Impl::ListReader(l).choice("nonfinite_gradient", c.nonfinite_gradient, "");
-  c.lr_schedule = schedule_from(l.sublist("lr_schedule"));
-  auto opt      = e.build(params, c, l, std::move(comm));
-  std::ostringstream xml;
-  Teuchos::writeParameterListToXmlOStream(plain_copy(l), xml);
-  Impl::set_configuration(*opt, xml.str());
+  std::string xml;
+  Impl::run_together(ranks, [&] {
+    l              = validated_parameters(list);
+    e              = &entry(l.get<std::string>("optimizer"));
+    c.lr           = l.get<double>("lr");
+    c.weight_decay = l.get<double>("weight_decay");
+    Impl::ListReader(l).choice("nonfinite_gradient", c.nonfinite_gradient, "");
+    c.lr_schedule = schedule_from(l.sublist("lr_schedule"));
+    std::ostringstream text;
+    Teuchos::writeParameterListToXmlOStream(plain_copy(l), text);
+    xml = text.str();
+  });
+  if (ranks && !ranks->same_on_all_ranks(xml))
+    throw ConfigError(
+        "koptim::create: the ranks of the communicator pass different parameter lists (after their "
+        "defaults); every rank must pass the same list. This rank's (" +
+        std::to_string(ranks->rank()) + "):\n" + xml);
+  auto opt = e->build(params, c, l, std::move(comm));
+  Impl::set_configuration(*opt, xml);
   return opt;
 }
 

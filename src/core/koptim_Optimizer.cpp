@@ -1,6 +1,7 @@
 #include <koptim/core/koptim_Optimizer.hpp>
 #include <koptim/core/impl/koptim_Elementwise.hpp>
 
+#include "../comm/koptim_Distributor.hpp"
 #include "../config/koptim_KeyRanges.hpp"
 
 #include "koptim_Check.hpp"
@@ -17,10 +18,15 @@
 namespace koptim {
 
 Optimizer::Optimizer(std::string name, ParameterSet params, CommonOptions common)
+    : Optimizer(std::move(name), std::move(params), std::move(common), nullptr) {}
+
+Optimizer::Optimizer(std::string name, ParameterSet params, CommonOptions common, const comm::Communicator* agree_with)
     : name_(std::move(name)), params_(std::move(params)), common_(std::move(common)) {
-  if (params_.empty()) throw ShapeError("koptim::" + name_ + ": the ParameterSet has no parameters");
-  Impl::require(name_, "lr", common_.lr, Impl::ranges::lr);
-  Impl::require(name_, "weight_decay", common_.weight_decay, Impl::ranges::weight_decay);
+  Impl::run_together(agree_with, [&] {
+    if (params_.empty()) throw ShapeError("koptim::" + name_ + ": the ParameterSet has no parameters");
+    Impl::require(name_, "lr", common_.lr, Impl::ranges::lr);
+    Impl::require(name_, "weight_decay", common_.weight_decay, Impl::ranges::weight_decay);
+  });
 }
 
 double Optimizer::base_lr(int group) const {
@@ -244,6 +250,28 @@ bool Optimizer::check_gradients(const ExecutionSpace& exec) {
   return true;
 }
 
+// With the state distributed over ranks, a step is taken or refused on every rank alike: a
+// gradient refused on one rank (its own copy of the gradients, not averaged) throws the same
+// NonFiniteError on every rank, or skips the step on every rank, instead of leaving the others in
+// the step's collectives. One host collective per step, only where gradients are checked.
+bool Optimizer::checked_on_every_rank(const ExecutionSpace& exec) {
+  const auto comm = communicator();
+  if (!comm || comm->size() == 1 || common_.nonfinite_gradient == NonFiniteGradient::unchecked)
+    return check_gradients(exec);
+  std::string local;  // "" fine, "s<name>" skip, "e<message>" error
+  try {
+    if (!check_gradients(exec)) local = "s" + status_.refused_parameter;
+  } catch (const NonFiniteError& e) {
+    local = std::string("e") + e.what();
+  }
+  const auto first = comm->first_error(local);
+  if (first.first < 0) return true;
+  const std::string text = first.second.substr(1);
+  if (first.second[0] == 'e') throw NonFiniteError("rank " + std::to_string(first.first) + ": " + text);
+  if (local.empty()) status_.refused_parameter = "rank " + std::to_string(first.first) + ": " + text;
+  return false;
+}
+
 void Optimizer::step(const ExecutionSpace& exec) {
   Impl::ScopedRegion region("koptim::" + name_ + "::step");
   status_      = StepStatus();
@@ -253,7 +281,7 @@ void Optimizer::step(const ExecutionSpace& exec) {
                 std::to_string(skipped_) + " skipped) is at its limit, max_step_count = 2^53 = " +
                 std::to_string(max_step_count) + "; nothing was updated");
   }
-  if (!check_gradients(exec)) {
+  if (!checked_on_every_rank(exec)) {
     ++skipped_;
     status_.skipped = true;
     return;

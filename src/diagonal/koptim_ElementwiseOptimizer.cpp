@@ -49,7 +49,8 @@ ElementwiseOptimizer::ElementwiseOptimizer(std::string name, ParameterSet params
                                            std::vector<std::string> slots, std::vector<double> fill,
                                            std::shared_ptr<comm::Communicator> comm,
                                            const std::string& options_descriptor)
-    : Optimizer(std::move(name), std::move(params), std::move(common)), slots_(std::move(slots)) {
+    : Optimizer(std::move(name), std::move(params), std::move(common), comm && comm->size() > 1 ? comm.get() : nullptr),
+      slots_(std::move(slots)) {
   if (slots_.size() > 3) throw std::logic_error("koptim::" + this->name() + ": more than 3 state slots per parameter");
   fill.resize(slots_.size(), 0.0);
   const auto& ps = parameters();
@@ -59,11 +60,6 @@ ElementwiseOptimizer::ElementwiseOptimizer(std::string name, ParameterSet params
   }
   // This rank's slice of the concatenation of each scalar type: a piece of state per fragment.
   const int ranks = comm_ ? comm_->size() : 1, me = comm_ ? comm_->rank() : 0;
-  if (comm_) {
-    sharing_      = std::make_unique<Sharing>();
-    sharing_->f32 = slices<float>(ps, this->name(), me, ranks);
-    sharing_->f64 = slices<double>(ps, this->name(), me, ranks);
-  }
   auto add_piece = [&](std::size_t i, std::int64_t offset, std::int64_t size) {
     Piece pc;
     pc.param  = static_cast<int>(i);
@@ -73,10 +69,17 @@ ElementwiseOptimizer::ElementwiseOptimizer(std::string name, ParameterSet params
       pc.buffers.emplace_back("koptim::" + ps[i].name + "/" + slots_[s], ps[i].param.dtype, pc.size, fill[s]);
     pieces_.push_back(std::move(pc));
   };
-  if (!comm_) {
-    for (std::size_t i = 0; i < ps.size(); ++i) add_piece(i, 0, ps[i].param.size);
-  } else {
-    auto mine = [&](const auto& sharing) {
+  // The state's allocation (and the gather's buffers), agreed on: a rank whose memory runs out
+  // fails every rank's constructor.
+  Impl::run_together(comm_.get(), [&] {
+    if (!comm_) {
+      for (std::size_t i = 0; i < ps.size(); ++i) add_piece(i, 0, ps[i].param.size);
+      return;
+    }
+    sharing_      = std::make_unique<Sharing>();
+    sharing_->f32 = slices<float>(ps, this->name(), me, ranks);
+    sharing_->f64 = slices<double>(ps, this->name(), me, ranks);
+    auto mine     = [&](const auto& sharing) {
       for (std::size_t k = 0; k < sharing.parts().size(); ++k) {
         const auto& part = sharing.parts()[k];
         if (sharing.mine(k)) add_piece(static_cast<std::size_t>(part.param), part.offset, part.size);
@@ -84,7 +87,7 @@ ElementwiseOptimizer::ElementwiseOptimizer(std::string name, ParameterSet params
     };
     mine(sharing_->f32);
     mine(sharing_->f64);
-  }
+  });
   std::sort(pieces_.begin(), pieces_.end(), [](const Piece& a, const Piece& b) { return a.param < b.param; });
   runs_f32_ = make_runs<float>();
   runs_f64_ = make_runs<double>();

@@ -974,7 +974,7 @@ struct Gefen::Sharing {
 };
 
 Gefen::Gefen(ParameterSet params, CommonOptions common, GefenOptions options, std::shared_ptr<comm::Communicator> comm)
-    : Optimizer("Gefen", std::move(params), std::move(common)),
+    : Optimizer("Gefen", std::move(params), std::move(common), comm && comm->size() > 1 ? comm.get() : nullptr),
       options_(options),
       state_(std::make_unique<State>()),
       owner_(parameters().size(), 0) {
@@ -990,10 +990,13 @@ Gefen::Gefen(ParameterSet params, CommonOptions common, GefenOptions options, st
     // byte per element in either precision. Every rank computes the same assignment.
     std::vector<double> costs;
     for (const auto& p : ps.parameters()) costs.push_back(static_cast<double>(p.param.size));
-    owner_        = Impl::assign_blocks(costs, comm_->size());
-    sharing_      = std::make_unique<Sharing>();
-    sharing_->f32 = whole_tensors<float>(ps, owner_, rank_, comm_->size());
-    sharing_->f64 = whole_tensors<double>(ps, owner_, rank_, comm_->size());
+    owner_ = Impl::assign_blocks(costs, comm_->size());
+    // The gather's buffers, agreed on: a rank whose memory runs out fails every rank here.
+    Impl::run_together(comm_.get(), [&] {
+      sharing_      = std::make_unique<Sharing>();
+      sharing_->f32 = whole_tensors<float>(ps, owner_, rank_, comm_->size());
+      sharing_->f64 = whole_tensors<double>(ps, owner_, rank_, comm_->size());
+    });
   }
   Impl::check_option_ranges(name(), options_);
   // A value written must act or be refused: with force_p1 no partition is searched.

@@ -1433,78 +1433,85 @@ void ShampooBlocks<T>::import_tensors(const OptimizerState& s) {
 
 Shampoo::Shampoo(ParameterSet params, CommonOptions common, ShampooOptions options,
                  std::shared_ptr<comm::Communicator> comm)
-    : Optimizer("Shampoo", std::move(params), std::move(common)), options_(std::move(options)), comm_(std::move(comm)) {
+    : Optimizer("Shampoo", std::move(params), std::move(common), comm && comm->size() > 1 ? comm.get() : nullptr),
+      options_(std::move(options)),
+      comm_(std::move(comm)) {
   // The trace bound of each block (ShampooBlocks::prepare) refuses exactly the gradients that
   // would overflow a factor; the element-wise check before it refuses only NaN and Inf.
   refuse_overflowing_squares(false);
   const auto& o        = options_;
   namespace R          = Impl::ranges::shampoo;
   const std::string me = "Shampoo";
-  Impl::check_option_ranges(me, o);
-  if (o.start_preconditioning_step && *o.start_preconditioning_step < o.precondition_frequency) {
-    throw ConfigError(
-        "koptim::Shampoo: start_preconditioning_step = " + std::to_string(*o.start_preconditioning_step) +
-        " is not allowed; allowed: at least precondition_frequency = " + std::to_string(o.precondition_frequency));
-  }
-  if (o.pseudo_inverse && o.epsilon != 0.0) {
-    throw ConfigError("koptim::Shampoo: pseudo_inverse = true needs epsilon = 0 (got epsilon = " +
-                      Impl::real_string(o.epsilon) + ")");
-  }
-  if (o.use_nesterov && o.momentum <= 0.0) {
-    throw ConfigError("koptim::Shampoo: use_nesterov = true needs momentum > 0");
-  }
-  if (o.eigenbasis == Eigenbasis::qr && !o.eigenvalue_corrected) {
-    throw ConfigError(
-        "koptim::Shampoo: eigenbasis = qr needs eigenvalue_corrected = true (only that variant keeps "
-        "eigenbases)");
-  }
-  // A key that the other keys' values make irrelevant is refused unless it holds its default: the
-  // value written would otherwise be ignored without a word.
-  const ShampooOptions defaults;
-  Impl::refuse_ineffective(
-      me,
-      o.eigenbasis != Eigenbasis::qr &&
-          (o.qr_max_iterations != defaults.qr_max_iterations || o.qr_tolerance != defaults.qr_tolerance),
-      "qr_max_iterations = " + std::to_string(o.qr_max_iterations) +
-          " and qr_tolerance = " + Impl::real_string(o.qr_tolerance),
-      std::string("they apply to eigenbasis = qr (eigenbasis is ") + to_string(o.eigenbasis) + ")");
-  const std::string corrected = "eigenvalue_corrected = true computes eigenbases, not inverse roots";
-  Impl::refuse_ineffective(me, o.eigenvalue_corrected && o.root_method != defaults.root_method,
-                           std::string("root_method = ") + linalg::to_string(o.root_method), corrected);
-  Impl::refuse_ineffective(me, o.eigenvalue_corrected && o.pseudo_inverse, "pseudo_inverse = true", corrected);
-  Impl::refuse_ineffective(
-      me, o.eigenvalue_corrected && !(o.inverse_exponent_override.empty() && o.inverse_exponent_override_dim.empty()),
-      "inverse_exponent_override", corrected);
-  Impl::refuse_ineffective(
-      me, !o.pseudo_inverse && (o.rank_rtol != defaults.rank_rtol || o.rank_atol != defaults.rank_atol),
-      "rank_rtol = " + Impl::real_string(o.rank_rtol) + " and rank_atol = " + Impl::real_string(o.rank_atol),
-      "they apply to pseudo_inverse = true");
-  const bool second_moment = o.grafting == Grafting::RMSProp || o.grafting == Grafting::Adam;
-  Impl::refuse_ineffective(
-      me, o.grafting_beta2 && !second_moment, "grafting_beta2 = " + Impl::real_string(o.grafting_beta2.value_or(0)),
-      std::string("it applies to grafting = RMSProp or Adam (grafting is ") + to_string(o.grafting) + ")");
-  Impl::refuse_ineffective(
-      me, o.grafting_epsilon != defaults.grafting_epsilon && !second_moment && o.grafting != Grafting::AdaGrad,
-      "grafting_epsilon = " + Impl::real_string(o.grafting_epsilon),
-      std::string("it applies to grafting = AdaGrad, RMSProp or Adam (grafting is ") + to_string(o.grafting) + ")");
-  Impl::refuse_ineffective(me, o.momentum == 0.0 && o.dampening != defaults.dampening,
-                           "dampening = " + Impl::real_string(o.dampening),
-                           "it applies to momentum > 0 (momentum is 0)");
-  Impl::refuse_ineffective(me, o.beta3 && o.betas[0] == 0.0, "beta3 = " + Impl::real_string(o.beta3.value_or(0)),
-                           "with betas[0] = 0 the gradient is not filtered");
   // The override keys as a parameter list writes them (inverse_exponent_override/<key>).
   auto order_key = [](int k) { return "order_" + std::to_string(k); };
   auto dim_key   = [&](const std::pair<int, int>& kj) {
     return order_key(kj.first) + "_dim_" + std::to_string(kj.second);
   };
-  for (const auto& kv : o.inverse_exponent_override)
-    Impl::require(me, "inverse_exponent_override/" + order_key(kv.first), kv.second, R::inverse_exponent);
-  for (const auto& kv : o.inverse_exponent_override_dim)
-    Impl::require(me, "inverse_exponent_override/" + dim_key(kv.first), kv.second, R::inverse_exponent);
-  shampoo::BlockingOptions bo;
-  bo.max_preconditioner_dim = o.max_preconditioner_dim;
-  bo.use_merge_dims         = o.use_merge_dims;
-  for (const auto& p : parameters().parameters()) layouts_.push_back(shampoo::compute_block_layout(p.param.shape, bo));
+  // This rank's own checks, agreed on before the ranks compare their optimizers (a rank that
+  // threw alone would leave the others waiting in that comparison).
+  Impl::run_together(comm_ && comm_->size() > 1 ? comm_.get() : nullptr, [&] {
+    Impl::check_option_ranges(me, o);
+    if (o.start_preconditioning_step && *o.start_preconditioning_step < o.precondition_frequency) {
+      throw ConfigError(
+          "koptim::Shampoo: start_preconditioning_step = " + std::to_string(*o.start_preconditioning_step) +
+          " is not allowed; allowed: at least precondition_frequency = " + std::to_string(o.precondition_frequency));
+    }
+    if (o.pseudo_inverse && o.epsilon != 0.0) {
+      throw ConfigError("koptim::Shampoo: pseudo_inverse = true needs epsilon = 0 (got epsilon = " +
+                        Impl::real_string(o.epsilon) + ")");
+    }
+    if (o.use_nesterov && o.momentum <= 0.0) {
+      throw ConfigError("koptim::Shampoo: use_nesterov = true needs momentum > 0");
+    }
+    if (o.eigenbasis == Eigenbasis::qr && !o.eigenvalue_corrected) {
+      throw ConfigError(
+          "koptim::Shampoo: eigenbasis = qr needs eigenvalue_corrected = true (only that variant keeps "
+          "eigenbases)");
+    }
+    // A key that the other keys' values make irrelevant is refused unless it holds its default: the
+    // value written would otherwise be ignored without a word.
+    const ShampooOptions defaults;
+    Impl::refuse_ineffective(
+        me,
+        o.eigenbasis != Eigenbasis::qr &&
+            (o.qr_max_iterations != defaults.qr_max_iterations || o.qr_tolerance != defaults.qr_tolerance),
+        "qr_max_iterations = " + std::to_string(o.qr_max_iterations) +
+            " and qr_tolerance = " + Impl::real_string(o.qr_tolerance),
+        std::string("they apply to eigenbasis = qr (eigenbasis is ") + to_string(o.eigenbasis) + ")");
+    const std::string corrected = "eigenvalue_corrected = true computes eigenbases, not inverse roots";
+    Impl::refuse_ineffective(me, o.eigenvalue_corrected && o.root_method != defaults.root_method,
+                             std::string("root_method = ") + linalg::to_string(o.root_method), corrected);
+    Impl::refuse_ineffective(me, o.eigenvalue_corrected && o.pseudo_inverse, "pseudo_inverse = true", corrected);
+    Impl::refuse_ineffective(
+        me, o.eigenvalue_corrected && !(o.inverse_exponent_override.empty() && o.inverse_exponent_override_dim.empty()),
+        "inverse_exponent_override", corrected);
+    Impl::refuse_ineffective(
+        me, !o.pseudo_inverse && (o.rank_rtol != defaults.rank_rtol || o.rank_atol != defaults.rank_atol),
+        "rank_rtol = " + Impl::real_string(o.rank_rtol) + " and rank_atol = " + Impl::real_string(o.rank_atol),
+        "they apply to pseudo_inverse = true");
+    const bool second_moment = o.grafting == Grafting::RMSProp || o.grafting == Grafting::Adam;
+    Impl::refuse_ineffective(
+        me, o.grafting_beta2 && !second_moment, "grafting_beta2 = " + Impl::real_string(o.grafting_beta2.value_or(0)),
+        std::string("it applies to grafting = RMSProp or Adam (grafting is ") + to_string(o.grafting) + ")");
+    Impl::refuse_ineffective(
+        me, o.grafting_epsilon != defaults.grafting_epsilon && !second_moment && o.grafting != Grafting::AdaGrad,
+        "grafting_epsilon = " + Impl::real_string(o.grafting_epsilon),
+        std::string("it applies to grafting = AdaGrad, RMSProp or Adam (grafting is ") + to_string(o.grafting) + ")");
+    Impl::refuse_ineffective(me, o.momentum == 0.0 && o.dampening != defaults.dampening,
+                             "dampening = " + Impl::real_string(o.dampening),
+                             "it applies to momentum > 0 (momentum is 0)");
+    Impl::refuse_ineffective(me, o.beta3 && o.betas[0] == 0.0, "beta3 = " + Impl::real_string(o.beta3.value_or(0)),
+                             "with betas[0] = 0 the gradient is not filtered");
+    for (const auto& kv : o.inverse_exponent_override)
+      Impl::require(me, "inverse_exponent_override/" + order_key(kv.first), kv.second, R::inverse_exponent);
+    for (const auto& kv : o.inverse_exponent_override_dim)
+      Impl::require(me, "inverse_exponent_override/" + dim_key(kv.first), kv.second, R::inverse_exponent);
+    shampoo::BlockingOptions bo;
+    bo.max_preconditioner_dim = o.max_preconditioner_dim;
+    bo.use_merge_dims         = o.use_merge_dims;
+    for (const auto& p : parameters().parameters())
+      layouts_.push_back(shampoo::compute_block_layout(p.param.shape, bo));
+  });
   if (comm_) {
     // Every rank must describe the same optimizer: otherwise the block assignment and the
     // all-gather would not match (a hang or silent garbage). Checked on every rank.
@@ -1600,52 +1607,56 @@ Shampoo::Shampoo(ParameterSet params, CommonOptions common, ShampooOptions optio
     owners_.emplace_back();
     for (std::size_t b = 0; b < layout.blocks.size(); ++b) owners_.back().push_back(owner[k++]);
   }
-  // The memory this rank's blocks need, before asking for it: a huge max_preconditioner_dim
-  // (a factor matrix of d x d per dimension of a block) must be a koptim error that says how much
-  // was asked, not an allocation failure deep inside Kokkos.
-  double bytes = 0.0;
-  for (std::size_t i = 0; i < layouts_.size(); ++i) {
-    const double elem = parameters()[i].param.dtype == ScalarType::float32 ? 4.0 : 8.0;
-    for (const auto& b : layouts_[i].blocks) {
-      if (owners_[i][b.index] != group_rank()) continue;
-      // Factor, root and the amortized computation's copy per preconditioned dimension; state
-      // and workspace vectors (at most 9) of the block's size.
-      for (int j = 0; j < b.order(); ++j)
-        if (o.eigenvalue_corrected || inverse_exponent(b.order(), j) != 0.0)
-          bytes += 3.0 * elem * static_cast<double>(b.sizes[j]) * static_cast<double>(b.sizes[j]);
-      bytes += 9.0 * elem * static_cast<double>(b.num_elements());
+  // The memory and the allocation depend on this rank's blocks and machine: agreed on, so that a
+  // rank that cannot hold its blocks fails every rank's constructor, not the others' first step.
+  Impl::run_together(comm_ && comm_->size() > 1 ? comm_.get() : nullptr, [&] {
+    // The memory this rank's blocks need, before asking for it: a huge max_preconditioner_dim
+    // (a factor matrix of d x d per dimension of a block) must be a koptim error that says how much
+    // was asked, not an allocation failure deep inside Kokkos.
+    double bytes = 0.0;
+    for (std::size_t i = 0; i < layouts_.size(); ++i) {
+      const double elem = parameters()[i].param.dtype == ScalarType::float32 ? 4.0 : 8.0;
+      for (const auto& b : layouts_[i].blocks) {
+        if (owners_[i][b.index] != group_rank()) continue;
+        // Factor, root and the amortized computation's copy per preconditioned dimension; state
+        // and workspace vectors (at most 9) of the block's size.
+        for (int j = 0; j < b.order(); ++j)
+          if (o.eigenvalue_corrected || inverse_exponent(b.order(), j) != 0.0)
+            bytes += 3.0 * elem * static_cast<double>(b.sizes[j]) * static_cast<double>(b.sizes[j]);
+        bytes += 9.0 * elem * static_cast<double>(b.num_elements());
+      }
     }
-  }
-  auto too_much = [&](const std::string& why) {
-    std::ostringstream m;
-    m.precision(4);
-    m << "koptim::Shampoo: the optimizer state of this rank needs about " << bytes / 1073741824.0 << " GiB (" << bytes
-      << " bytes: factor matrices up to max_preconditioner_dim = " << o.max_preconditioner_dim
-      << " squared, 3 copies each, and the block buffers); " << why
-      << ". Lower max_preconditioner_dim, or distribute the blocks over more ranks";
-    return Error(m.str());
-  };
-#if defined(__unix__)
-  if (Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible) {
-    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    if (pages > 0 && page > 0 && bytes > static_cast<double>(pages) * static_cast<double>(page)) {
+    auto too_much = [&](const std::string& why) {
       std::ostringstream m;
-      m << "this machine has " << static_cast<double>(pages) * static_cast<double>(page) << " bytes of memory";
-      throw too_much(m.str());
+      m.precision(4);
+      m << "koptim::Shampoo: the optimizer state of this rank needs about " << bytes / 1073741824.0 << " GiB (" << bytes
+        << " bytes: factor matrices up to max_preconditioner_dim = " << o.max_preconditioner_dim
+        << " squared, 3 copies each, and the block buffers); " << why
+        << ". Lower max_preconditioner_dim, or distribute the blocks over more ranks";
+      return Error(m.str());
+    };
+#if defined(__unix__)
+    if (Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible) {
+      const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+      if (pages > 0 && page > 0 && bytes > static_cast<double>(pages) * static_cast<double>(page)) {
+        std::ostringstream m;
+        m << "this machine has " << static_cast<double>(pages) * static_cast<double>(page) << " bytes of memory";
+        throw too_much(m.str());
+      }
     }
-  }
 #endif
-  try {
-    f32_ = std::make_unique<Impl::ShampooBlocks<float>>(*this, parameters(), layouts_, options_, owners_, group_rank(),
-                                                        ranks);
-    f64_ = std::make_unique<Impl::ShampooBlocks<double>>(*this, parameters(), layouts_, options_, owners_, group_rank(),
-                                                         ranks);
-  } catch (const Error&) {
-    throw;
-  } catch (const std::exception& e) {
-    // Kokkos reports a failed allocation as std::runtime_error.
-    throw too_much(std::string("the allocation failed: ") + e.what());
-  }
+    try {
+      f32_ = std::make_unique<Impl::ShampooBlocks<float>>(*this, parameters(), layouts_, options_, owners_,
+                                                          group_rank(), ranks);
+      f64_ = std::make_unique<Impl::ShampooBlocks<double>>(*this, parameters(), layouts_, options_, owners_,
+                                                           group_rank(), ranks);
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      // Kokkos reports a failed allocation as std::runtime_error.
+      throw too_much(std::string("the allocation failed: ") + e.what());
+    }
+  });
 }
 
 int Shampoo::group_rank() const { return group_comm_ ? group_comm_->rank() : 0; }

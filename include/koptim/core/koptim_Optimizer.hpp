@@ -8,7 +8,9 @@
 // a bad gradient then reaches the state). The check refuses NaN and Inf and, in every optimizer
 // that squares gradients, finite values whose square overflows the gradient's precision
 // (|g| > sqrt of the largest finite float or double): one pass, fused with the NaN/Inf test.
-// Shampoo bounds the trace of its factor matrices instead (docs/robustness.md).
+// Shampoo bounds the trace of its factor matrices instead (docs/robustness.md). An optimizer
+// whose state is distributed over ranks (communicator() of more than one rank) agrees on the
+// check: a gradient refused on any rank throws on every rank, or skips the step on every rank.
 // last_step_status() says what the last step() did (taken, skipped, refused values, failed
 // root computations, fallbacks), for logging.
 #ifndef KOPTIM_CORE_OPTIMIZER_HPP
@@ -43,6 +45,8 @@ struct StepStatus {
   // values were (NaN, Inf, or a square beyond the precision); 0 and "" when the step was taken
   // or the policy is unchecked.
   // Shampoo's trace bound refuses a whole block: it names the parameter and counts 0 values.
+  // A distributed optimizer's rank whose own gradients passed, in a step another rank refused:
+  // "rank R: <parameter>" and 0 values.
   std::int64_t refused_values = 0;
   std::string refused_parameter;
   // Shampoo: inverse roots (or eigenbases) whose computation failed at this step; their previous
@@ -143,6 +147,10 @@ class Optimizer {
 
  protected:
   Optimizer(std::string name, ParameterSet params, CommonOptions common);
+  // The same for an optimizer whose state is distributed over agree_with (more than one rank):
+  // its checks are agreed on, so that every rank throws the lowest failing rank's error, or none
+  // does (no rank goes on into the derived class's collectives while another has thrown).
+  Optimizer(std::string name, ParameterSet params, CommonOptions common, const comm::Communicator* agree_with);
 
   // One step with the step counter already advanced to t, on exec; lrs[g] is group g's lr for
   // this step.
@@ -163,6 +171,9 @@ class Optimizer {
  private:
   // False when a gradient is refused and the step is to be skipped; throws for "error".
   bool check_gradients(const ExecutionSpace& exec);
+  // check_gradients, its outcome agreed on over communicator() (the step taken, skipped or
+  // refused on every rank alike).
+  bool checked_on_every_rank(const ExecutionSpace& exec);
   // Every gradient's place, for the check that reads them all in one kernel (built at the first
   // checked step).
   struct GradientTable;

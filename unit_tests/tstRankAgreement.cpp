@@ -1,0 +1,163 @@
+// Ranks that meet a problem alone fail together: a parameter list refused on one rank, lists that
+// differ between ranks, a Shampoo option refused on one rank, a rank that cannot hold its share
+// of the state, a gradient refused on one rank, a bad KOPTIM_MPI_CUDA_AWARE on one rank. Each
+// throws on every rank (or, for skip_step, skips on every rank) instead of leaving the others
+// waiting in a collective; a hang would end this program at its ctest timeout. Runs at 1 to 4
+// ranks (the last rank is the odd one out; at one rank it is the only one).
+#include "koptim_TestErrors.hpp"
+#include "koptim_TestMpi.hpp"
+#include "koptim_TestTensor.hpp"
+
+#include <koptim/koptim.hpp>
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <string>
+
+namespace {
+
+using koptim_test::expect_error;
+using koptim_test::TestTensor;
+using koptim_test::world;
+
+bool odd_one_out() { return world()->rank() == world()->size() - 1; }
+
+struct Model {
+  TestTensor<float> a{{17, 5}, "a"}, b{{40}, "b"};
+  koptim::ParameterSet params;
+  Model() {
+    a.add_to(params, "a");
+    b.add_to(params, "b");
+    a.set(false, [](std::int64_t i) { return 0.01 * static_cast<double>(i % 13) - 0.05; });
+    b.set(false, [](std::int64_t i) { return 0.02 * static_cast<double>(i % 7) - 0.06; });
+  }
+  void gradients(int s, bool nan = false) {
+    a.set(true, [&](std::int64_t i) { return 0.001 * static_cast<double>((i + s) % 11) - 0.004; });
+    b.set(true, [&](std::int64_t i) {
+      return nan && i == 3 ? std::numeric_limits<double>::quiet_NaN() : 0.002 * static_cast<double>((i * s) % 5);
+    });
+  }
+};
+
+Teuchos::ParameterList list(const std::string& name, bool shard) {
+  Teuchos::ParameterList l("koptim");
+  l.set("optimizer", name);
+  l.set("lr", 0.01);
+  if (name != "Shampoo") l.set("shard_state", shard);
+  return l;
+}
+
+TEST(RankAgreement, AListRefusedOnOneRankIsRefusedOnEveryRank) {
+  Model m;
+  auto l = list("AdamW", true);
+  if (odd_one_out()) l.set("lr", -1.0);
+  expect_error<koptim::ConfigError>([&] { koptim::create(m.params, l, world()); }, {"key 'lr'", "-1"});
+  auto s = list("Shampoo", false);
+  if (odd_one_out()) s.set("use_nesterov", true);  // momentum is 0
+  expect_error<koptim::ConfigError>([&] { koptim::create(m.params, s, world()); }, {"use_nesterov"});
+}
+
+TEST(RankAgreement, RanksWhoseListsDifferAreRefusedTogether) {
+  Model m;
+  // shard_state on some ranks only: those would build optimizers that meet in collectives the
+  // others never enter.
+  auto l = list("AdamW", !odd_one_out());
+  if (world()->size() == 1) {
+    EXPECT_NO_THROW(koptim::create(m.params, l, world()));
+    return;
+  }
+  expect_error<koptim::ConfigError>([&] { koptim::create(m.params, l, world()); },
+                                    {"the ranks of the communicator pass different parameter lists"});
+  auto g = list("Gefen", false);
+  g.set("lr", odd_one_out() ? 0.02 : 0.01);
+  expect_error<koptim::ConfigError>([&] { koptim::create(m.params, g, world()); }, {"different parameter lists"});
+}
+
+// The C++ options, without a parameter list: the constructors agree on their own checks.
+TEST(RankAgreement, OptionsRefusedOnOneRankAreRefusedOnEveryRank) {
+  Model m;
+  koptim::CommonOptions c;
+  c.lr = odd_one_out() ? -1.0 : 0.01;  // checked by the Optimizer base class
+  expect_error<koptim::ConfigError>([&] { koptim::AdamW(m.params, c, {}, world()); }, {"lr = -1"});
+  expect_error<koptim::ConfigError>([&] { koptim::Gefen(m.params, c, {}, world()); }, {"lr = -1"});
+  expect_error<koptim::ConfigError>([&] { koptim::Shampoo(m.params, c, {}, world()); }, {"lr = -1"});
+  c.lr = 0.01;
+  koptim::ShampooOptions o;
+  o.use_nesterov = odd_one_out();  // momentum 0
+  expect_error<koptim::ConfigError>([&] { koptim::Shampoo(m.params, c, o, world()); },
+                                    {"use_nesterov = true needs momentum > 0"});
+}
+
+// A Shampoo block too large for the machine, held by one rank (the first, which LPT gives the
+// largest block): every rank's constructor fails with that rank's message, not the others' first
+// step.
+TEST(RankAgreement, StateOneRankCannotHoldFailsEveryRank) {
+  TestTensor<float> big({1 << 20}, "big"), small({8}, "small");
+  koptim::ParameterSet ps;
+  big.add_to(ps, "big");
+  small.add_to(ps, "small");
+  koptim::CommonOptions c;
+  koptim::ShampooOptions o;
+  o.max_preconditioner_dim = 1 << 20;  // a factor of 2^40 entries: 12 TiB
+  expect_error<koptim::Error>([&] { koptim::Shampoo(ps, c, o, world()); },
+                              {"the optimizer state of this rank needs about", "Lower max_preconditioner_dim"});
+}
+
+// A gradient refused on one rank (its own gradients, not averaged): skip_step skips the step on
+// every rank, error throws on every rank; then the next step runs on every rank as before.
+TEST(RankAgreement, AGradientRefusedOnOneRankSkipsOrFailsEveryRank) {
+  for (const std::string name : {"AdamW", "Gefen", "Shampoo"}) {
+    SCOPED_TRACE(name);
+    Model m;
+    auto l = list(name, true);
+    l.set("nonfinite_gradient", std::string("skip_step"));
+    auto opt = koptim::create(m.params, l, world());
+    m.gradients(1);
+    opt->step();
+    auto state                      = opt->export_state();
+    state.integers["skipped_steps"] = 1;  // all else unchanged
+    m.gradients(2, odd_one_out());
+    opt->step();
+    EXPECT_TRUE(opt->last_step_status().skipped);
+    EXPECT_EQ(opt->skipped_steps(), 1);
+    EXPECT_EQ(opt->step_count(), 1);
+    EXPECT_TRUE(state == opt->export_state());
+    const std::string refused = opt->last_step_status().refused_parameter;
+    if (odd_one_out())
+      EXPECT_EQ(refused, "b");
+    else
+      EXPECT_EQ(refused, "rank " + std::to_string(world()->size() - 1) + ": b");
+    m.gradients(3);
+    opt->step();
+    EXPECT_EQ(opt->step_count(), 2);
+
+    l.set("nonfinite_gradient", std::string("error"));
+    Model e;
+    auto strict = koptim::create(e.params, l, world());
+    e.gradients(1, odd_one_out());
+    expect_error<koptim::NonFiniteError>([&] { strict->step(); }, {"gradient of parameter 'b'", "non-finite"});
+    EXPECT_EQ(strict->step_count(), 0);
+    e.gradients(2);
+    strict->step();
+    EXPECT_EQ(strict->step_count(), 1);
+  }
+}
+
+TEST(RankAgreement, ABadCudaAwareOverrideOnOneRankFailsEveryRank) {
+  const char* old = std::getenv("KOPTIM_MPI_CUDA_AWARE");
+  const std::string saved(old ? old : "");
+  if (odd_one_out()) setenv("KOPTIM_MPI_CUDA_AWARE", "yes", 1);
+  expect_error<koptim::ConfigError>([&] { koptim::comm::Communicator::create(MPI_COMM_WORLD); },
+                                    {"KOPTIM_MPI_CUDA_AWARE = 'yes' is not allowed"});
+  if (old)
+    setenv("KOPTIM_MPI_CUDA_AWARE", saved.c_str(), 1);
+  else
+    unsetenv("KOPTIM_MPI_CUDA_AWARE");
+  EXPECT_NO_THROW(koptim::comm::Communicator::create(MPI_COMM_WORLD));
+}
+
+}  // namespace

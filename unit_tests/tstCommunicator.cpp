@@ -115,7 +115,8 @@ std::string message_of(F&& f) {
 }  // namespace
 
 // KOPTIM_MPI_CUDA_AWARE overrides the MPI's own answer with exactly 0 or 1; anything else is
-// refused naming the variable (it is read only for device memory, so asked directly here).
+// refused naming the variable (it acts only for device memory, so asked directly here; that
+// every rank's create refuses a bad value on any rank is tstRankAgreement.cpp's).
 TEST(Communicator, CudaAwareOverrideIsZeroOrOne) {
   const char* old         = std::getenv("KOPTIM_MPI_CUDA_AWARE");
   const std::string saved = old ? old : "";
@@ -163,6 +164,25 @@ TEST(Communicator, AllGatherSubCommunicator) {
   check_all_gather<float>(sub);
   check_all_gather<double>(sub);
   check_all_gather<std::uint16_t>(sub);
+  MPI_Comm_free(&sub);
+}
+
+// MPI's counts are int: with the limit lowered to 100 elements, the same reductions (n up to
+// 100003) and gathers (n = 777 per rank) go in pieces, the gathers as each rank's broadcast of its
+// block, and give the same results.
+TEST(Communicator, CountsBeyondMpisLimitGoInPieces) {
+  struct Limit {
+    Limit() { koptim::Impl::set_mpi_count_limit(100); }
+    ~Limit() { koptim::Impl::set_mpi_count_limit(0); }
+  } limit;
+  EXPECT_EQ(koptim::Impl::mpi_count_limit(), 100u);
+  check_all_reduce<float>(MPI_COMM_WORLD);
+  check_all_reduce<double>(MPI_COMM_WORLD);
+  check_all_gather<float>(MPI_COMM_WORLD);
+  check_all_gather<double>(MPI_COMM_WORLD);
+  check_all_gather<std::uint16_t>(MPI_COMM_WORLD);
+  MPI_Comm sub = split_even_odd();
+  check_all_gather<float>(sub);
   MPI_Comm_free(&sub);
 }
 

@@ -17,6 +17,16 @@
 #include <vector>
 
 namespace koptim {
+namespace Impl {
+namespace {
+std::size_t count_limit = INT_MAX;
+}  // namespace
+std::size_t mpi_count_limit() { return count_limit; }
+void set_mpi_count_limit(std::size_t limit) {
+  count_limit = limit == 0 ? INT_MAX : std::min<std::size_t>(limit, INT_MAX);
+}
+}  // namespace Impl
+
 namespace comm {
 
 const char* to_string(Backend b) { return b == Backend::nccl ? "nccl" : "mpi"; }
@@ -98,20 +108,30 @@ class MpiCommunicator final : public koptim::Impl::TypedCommunicator<MpiCommunic
   // MPI counts are int: longer buffers go in pieces of 2^30 elements.
   template <class T>
   void reduce_raw(T* p, std::size_t n) const {
-    constexpr std::size_t piece = std::size_t(1) << 30;
+    const std::size_t piece = std::min<std::size_t>(std::size_t(1) << 30, Impl::mpi_count_limit());
     for (std::size_t off = 0; off < n; off += piece) {
       const int c = static_cast<int>(std::min(piece, n - off));
       check_mpi(MPI_Allreduce(MPI_IN_PLACE, p + off, c, mpi_type<T>(), MPI_SUM, mpi_comm()), "MPI_Allreduce");
     }
   }
 
-  // MPI counts are int.
-  static std::string gather_count_error(std::size_t count) {
-    if (count <= static_cast<std::size_t>(INT_MAX)) return {};
-    std::ostringstream s;
-    s << "koptim::comm::Communicator::all_gather: count = " << count << " elements is more than MPI's limit " << INT_MAX
-      << " per rank; gather in pieces";
-    return s.str();
+  // The in-place all-gather of blocks of count elements on host-readable or CUDA-aware memory.
+  // MPI counts are int: blocks of more elements are gathered as each rank's broadcast of its own
+  // block in pieces (of 2^30 elements), in rank order.
+  template <class T>
+  void gather_in_place(T* recv, std::size_t count) const {
+    if (count <= Impl::mpi_count_limit()) {
+      const int c = static_cast<int>(count);
+      check_mpi(MPI_Allgather(MPI_IN_PLACE, c, mpi_type<T>(), recv, c, mpi_type<T>(), mpi_comm()), "MPI_Allgather");
+      return;
+    }
+    const std::size_t piece = std::min<std::size_t>(std::size_t(1) << 30, Impl::mpi_count_limit());
+    for (int r = 0; r < size(); ++r)
+      for (std::size_t off = 0; off < count; off += piece) {
+        const int c = static_cast<int>(std::min(piece, count - off));
+        check_mpi(MPI_Bcast(recv + static_cast<std::size_t>(r) * count + off, c, mpi_type<T>(), r, mpi_comm()),
+                  "MPI_Bcast");
+      }
   }
 
   // Arguments checked and agreed, count > 0 (TypedCommunicator::checked_gather).
@@ -121,20 +141,19 @@ class MpiCommunicator final : public koptim::Impl::TypedCommunicator<MpiCommunic
     const std::size_t count = send.extent(0);
     const std::size_t p     = static_cast<std::size_t>(size());
     const bool in_place     = send.data() == recv.data() + static_cast<std::size_t>(rank()) * count;
-    const int c             = static_cast<int>(count);
+    auto own                = [&](const auto& v) {
+      return Kokkos::subview(
+                         v, std::make_pair(static_cast<std::size_t>(rank()) * count, static_cast<std::size_t>(rank() + 1) * count));
+    };
     if (direct()) {
+      if (!in_place) Kokkos::deep_copy(exec, own(recv), send);
       Impl::fence(exec, "koptim::comm::Communicator::all_gather: send ready for MPI");
-      check_mpi(MPI_Allgather(in_place ? MPI_IN_PLACE : send.data(), c, mpi_type<T>(), recv.data(), c, mpi_type<T>(),
-                              mpi_comm()),
-                "MPI_Allgather");
+      gather_in_place(recv.data(), count);
     } else {
       const auto host_recv = staging<T>(p * count);
-      auto mine            = Kokkos::subview(host_recv, std::make_pair(static_cast<std::size_t>(rank()) * count,
-                                                                       static_cast<std::size_t>(rank() + 1) * count));
-      Kokkos::deep_copy(exec, mine, send);
+      Kokkos::deep_copy(exec, own(host_recv), send);
       Impl::fence(exec, "koptim::comm::Communicator::all_gather: send staged for MPI");
-      check_mpi(MPI_Allgather(MPI_IN_PLACE, c, mpi_type<T>(), host_recv.data(), c, mpi_type<T>(), mpi_comm()),
-                "MPI_Allgather");
+      gather_in_place(host_recv.data(), count);
       Kokkos::deep_copy(exec, recv, host_recv);
       Impl::fence(exec, "koptim::comm::Communicator::all_gather: result copied back");
     }

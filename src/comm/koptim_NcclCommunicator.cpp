@@ -106,9 +106,6 @@ class NcclCommunicator final : public koptim::Impl::TypedCommunicator<NcclCommun
     after_collective(stream);
   }
 
-  // NCCL counts are size_t: no limit of its own.
-  static std::string gather_count_error(std::size_t) { return {}; }
-
   // Arguments checked and agreed, count > 0 (TypedCommunicator::checked_gather); NCCL runs on
   // exec's stream.
   template <class T>

@@ -21,6 +21,7 @@
 #include <mpi.h>
 
 #include <array>
+#include <cstddef>
 #include <exception>
 #include <cstdint>
 #include <memory>
@@ -153,6 +154,11 @@ namespace Impl {
 // SHA-256 of bytes (FIPS 180-4); used by same_on_all_ranks.
 std::array<std::uint8_t, 32> sha256(const std::string& bytes);
 
+// The most elements one MPI call of the MPI backend moves: INT_MAX (MPI's counts are int); more
+// go in pieces. Test hook: set_mpi_count_limit(n) lowers it (0: back to INT_MAX), so that the
+// pieces can be tested on small buffers.
+std::size_t mpi_count_limit();
+void set_mpi_count_limit(std::size_t limit);
 // Whether the MPI library reports CUDA-aware support at run time (false where it cannot tell).
 bool mpi_reports_cuda_support();
 

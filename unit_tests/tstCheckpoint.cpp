@@ -587,6 +587,31 @@ TEST(Checkpoint, IndependentSavesToOnePathDoNotCollide) {
   EXPECT_TRUE(a.bytes() == b.bytes());
 }
 
+// Ranks that find different files behind one path (here: each rank in a directory of its own, as
+// a node-local copy would be) are refused on every rank, nothing changed, instead of restoring a
+// different state on each rank.
+TEST(Checkpoint, RanksThatReadDifferentFilesAreRefused) {
+  if (world()->size() == 1) GTEST_SKIP() << "needs two ranks";
+  namespace fs       = std::filesystem;
+  const fs::path dir = fs::path(::testing::TempDir()) / ("koptim_ckpt_own_dirs_np" + std::to_string(world()->size())) /
+                       ("rank" + std::to_string(world()->rank()));
+  fs::create_directories(dir);
+  CheckpointModel a;
+  auto saved = koptim::create(a.params, koptim_test::checkpoint_config("AdamW"));
+  for (int s = 1; s <= 3 + world()->rank(); ++s) {
+    a.gradients(s);
+    saved->step();
+  }
+  koptim::io::save_checkpoint((dir / "same.h5").string(), *saved);  // each rank its own file
+  CheckpointModel m;
+  auto opt        = make(m, "AdamW", 2);
+  const auto here = fs::current_path();
+  fs::current_path(dir);
+  expect_refused(std::string("same.h5"), *opt, m,
+                 {"the ranks read different files at this path", "nothing was changed"});
+  fs::current_path(here);
+}
+
 // A parameter without elements is in no rank's slice of sharded state, so a sharded save writes
 // no state for it: the file loads with and without sharding (at 2 ranks both ways; at 1 rank
 // nothing is sharded), and the run goes on as the saved one does, bit for bit.

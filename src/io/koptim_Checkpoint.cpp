@@ -1514,6 +1514,27 @@ LoadReport load_checkpoint(const std::string& path, Optimizer& opt, const LoadOp
     if (file.close() < 0) throw Error(where + "cannot close the file");
   });
 
+  // Every rank read the same file: ranks that find different files behind one path (a copy of
+  // its own on each node's file system, a file replaced during the load) would restore different
+  // states. The file's step, skipped steps, metadata and writer compared (one collective).
+  if (r.parallel()) {
+    SaveOptions read;
+    read.metadata = report.metadata;
+    std::ostringstream seen;
+    seen << options_text(read) << '\n' << report.written_on_ranks << '\n' << report.koptim_version;
+    for (const char* k : {"step", "skipped_steps"}) {
+      const auto it = state.integers.find(k);
+      seen << '\n' << (it == state.integers.end() ? -1 : it->second);
+    }
+    if (!r.comm->same_on_all_ranks(seen.str())) {
+      const auto it = state.integers.find("step");
+      throw Error(where + "the ranks read different files at this path (a copy of its own on each node, or the " +
+                  "file replaced during the load?); this rank (" + std::to_string(r.rank()) + ") read step " +
+                  (it == state.integers.end() ? std::string("(none)") : std::to_string(it->second)) + ", written on " +
+                  std::to_string(report.written_on_ranks) + " ranks; nothing was changed");
+    }
+  }
+
   // Every rank has checked everything: now change.
   opt.import_state(state);
   if (report.parameters_loaded) {

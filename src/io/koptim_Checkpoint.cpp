@@ -1535,9 +1535,12 @@ LoadReport load_checkpoint(const std::string& path, Optimizer& opt, const LoadOp
     }
   }
 
-  // Every rank has checked everything: now change.
-  opt.import_state(state);
-  if (report.parameters_loaded) {
+  // Every rank has checked everything: now change. What can still fail here (memory for the
+  // imported state's tables, a device copy) is agreed on too, so that no rank trains on while
+  // another has thrown (no collective inside: import_state has none).
+  r.together([&] {
+    opt.import_state(state);
+    if (!report.parameters_loaded) return;
     for (std::size_t i = 0; i < ps.size(); ++i) {
       const auto& t = ps[i].param;
       if (t.size == 0) continue;
@@ -1548,7 +1551,7 @@ LoadReport load_checkpoint(const std::string& path, Optimizer& opt, const LoadOp
         Kokkos::deep_copy(t.flat<T>(), h);
       });
     }
-  }
+  });
   report.step = opt.step_count();
   return report;
 }

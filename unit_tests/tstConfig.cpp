@@ -393,6 +393,10 @@ TEST(Config, RefusesScheduleKeysTheTypeIgnores) {
   l.sublist("lr_schedule").set("step_size", 10);
   l.sublist("lr_schedule").set("total_steps", -1);  // the default (unset)
   EXPECT_EQ(config_error(l), "");
+  l.sublist("lr_schedule").set("total_steps", 1);  // the default before -1: lists printed then read
+  EXPECT_EQ(config_error(l), "");
+  l.sublist("lr_schedule").set("total_steps", 2);
+  expect_contains(config_error(l), {"key 'lr_schedule/total_steps' = 2", "type 'step'"});
   // An integer entry of C++'s long long (as YAML gives beyond int) is read as the int it holds.
   l = adamw();
   l.sublist("lr_schedule").set("type", std::string("linear_warmup"));

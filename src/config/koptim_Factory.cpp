@@ -306,7 +306,8 @@ std::string optimizer_of(const ParameterList& list) {
 }
 
 // A key of lr_schedule that its type does not read (total_steps with type step, or with no type,
-// which is constant) would be ignored: refused unless it holds its default.
+// which is constant) would be ignored: refused unless it holds its default (for total_steps and
+// step_size also 1, their default before -1, unset, which lists printed by then hold).
 void reject_ignored_schedule_keys(const ParameterList& s, const ParameterList& defaults, const std::string& optimizer) {
   const auto type = s.get<std::string>("type");
   const std::map<std::string, std::set<std::string>> read{{"constant", {}},
@@ -318,7 +319,8 @@ void reject_ignored_schedule_keys(const ParameterList& s, const ParameterList& d
     if (read.at(type).count(key)) continue;
     const auto& given = s.getEntry(key);
     const auto& dflt  = defaults.getEntry(key);
-    const bool same   = given.isType<int>() ? Teuchos::getValue<int>(given) == Teuchos::getValue<int>(dflt)
+    const bool same   = given.isType<int>() ? Teuchos::getValue<int>(given) == Teuchos::getValue<int>(dflt) ||
+                                                Teuchos::getValue<int>(given) == 1
                                             : Teuchos::getValue<double>(given) == Teuchos::getValue<double>(dflt);
     if (!same)
       throw ConfigError(

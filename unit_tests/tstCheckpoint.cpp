@@ -587,6 +587,79 @@ TEST(Checkpoint, IndependentSavesToOnePathDoNotCollide) {
   EXPECT_TRUE(a.bytes() == b.bytes());
 }
 
+// A checkpoint written while lr_schedule's total_steps and step_size were listed as 1 (now -1,
+// unset) is not a changed configuration where the schedule's type does not read them; one where
+// the type reads a changed value is.
+TEST(Checkpoint, ScheduleKeysTheTypeDoesNotReadAreNotAConfigurationChange) {
+  Teuchos::ParameterList constant("koptim");  // a constant lr: the schedule reads no length
+  constant.set("optimizer", std::string("AdamW"));
+  constant.set("lr", 0.01);
+  CheckpointModel a;
+  auto saved = koptim::create(a.params, constant, world());
+  a.gradients(1);
+  saved->step();
+  const std::string path = file("old_schedule_defaults");
+  koptim::io::save_checkpoint(path, *saved, save_options());
+  auto rewrite = [&](const std::function<std::string(std::string)>& edit) {
+    if (world()->rank() == 0) {
+      const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+      ASSERT_GE(f, 0);
+      const hid_t d = H5Dopen2(f, "parameter_list", H5P_DEFAULT);
+      const hid_t t = H5Dget_type(d);
+      std::string xml(H5Tget_size(t), '\0');
+      EXPECT_GE(H5Dread(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, &xml[0]), 0);
+      xml.erase(xml.find('\0') == std::string::npos ? xml.size() : xml.find('\0'));
+      H5Tclose(t);
+      H5Dclose(d);
+      EXPECT_GE(H5Ldelete(f, "parameter_list", H5P_DEFAULT), 0);
+      const std::string edited = edit(xml);
+      ASSERT_NE(edited, xml);
+      const hid_t type = H5Tcopy(H5T_C_S1);
+      H5Tset_size(type, edited.size());
+      const hsize_t one = 1;
+      const hid_t space = H5Screate_simple(1, &one, nullptr);
+      const hid_t dcpl  = H5Pcreate(H5P_DATASET_CREATE);
+      H5Pset_chunk(dcpl, 1, &one);
+      H5Pset_fletcher32(dcpl);
+      const hid_t nd = H5Dcreate2(f, "parameter_list", type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+      EXPECT_GE(H5Dwrite(nd, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, edited.data()), 0);
+      H5Dclose(nd);
+      H5Pclose(dcpl);
+      H5Sclose(space);
+      H5Tclose(type);
+      H5Fclose(f);
+    }
+    MPI_Barrier(world()->mpi_comm());
+  };
+  auto replace = [](std::string xml, const std::string& key, const std::string& value) {
+    const std::string from = "name=\"" + key + "\" type=\"int\" value=\"-1\"";
+    const auto at          = xml.find(from);
+    if (at != std::string::npos)
+      xml.replace(at, from.size(), "name=\"" + key + "\" type=\"int\" value=\"" + value + "\"");
+    return xml;
+  };
+  rewrite([&](std::string xml) { return replace(replace(xml, "total_steps", "1"), "step_size", "1"); });
+  CheckpointModel m;
+  auto opt                           = koptim::create(m.params, constant, world());
+  auto strict                        = load_options();
+  strict.allow_configuration_changes = false;
+  const auto report                  = koptim::io::load_checkpoint(path, *opt, strict);
+  EXPECT_TRUE(report.configuration_changes.empty());
+  EXPECT_TRUE(saved->export_state() == opt->export_state());
+  // A schedule type that reads its length: a changed length is a change.
+  rewrite([&](std::string xml) {
+    const std::string from = "name=\"type\" type=\"string\" value=\"constant\"";
+    const auto at          = xml.find(from);
+    if (at != std::string::npos) xml.replace(at, from.size(), "name=\"type\" type=\"string\" value=\"cosine\"");
+    return replace(xml, "total_steps", "1");  // (already 1 from the first edit)
+  });
+  CheckpointModel n;
+  auto other = koptim::create(n.params, constant, world());
+  expect_error<koptim::ConfigError>([&] { koptim::io::load_checkpoint(path, *other, strict); },
+                                    {"lr_schedule/type: cosine in the checkpoint, constant now",
+                                     "lr_schedule/total_steps: 1 in the checkpoint, (absent) now"});
+}
+
 // Ranks that find different files behind one path (here: each rank in a directory of its own, as
 // a node-local copy would be) are refused on every rank, nothing changed, instead of restoring a
 // different state on each rank.

@@ -862,6 +862,14 @@ std::map<std::string, std::string> flat_configuration(const std::string& xml) {
   std::map<std::string, std::string> out;
   // Through koptim's reader: Teuchos' own throws its exceptions on a damaged file.
   if (!xml.empty()) flatten(*parameter_list_from_string(xml, "xml", "configuration"), "", out);
+  // The keys of lr_schedule that its type does not read act on nothing and are not compared (a
+  // list holds them at their defaults, and the default of total_steps and step_size was 1 before
+  // it was -1, unset: a checkpoint of then is not a changed configuration).
+  const auto type        = out.find("lr_schedule/type");
+  const std::string kind = type == out.end() ? std::string("constant") : type->second;
+  const bool length      = kind == "cosine" || kind == "linear";
+  if (!length) out.erase("lr_schedule/total_steps"), out.erase("lr_schedule/min_lr_factor");
+  if (kind != "step") out.erase("lr_schedule/step_size"), out.erase("lr_schedule/gamma");
   return out;
 }
 
@@ -945,15 +953,20 @@ const unsigned char* parameter_bytes(const TensorRef& t, std::int64_t offset, st
 
 std::string layout_of(const TensorRef& t) { return t.layout_right ? "right" : "left"; }
 
-std::string host_name() {
+// Eight hex digits of this process (its host name and process id): short, so that a file name
+// close to the file system's limit of 255 bytes keeps its temporary file.
+std::string save_tag() {
   char name[256] = {};
-  if (::gethostname(name, sizeof name - 1) != 0) return "host";
-  return name;
+  if (::gethostname(name, sizeof name - 1) != 0) name[0] = '\0';
+  const auto h = koptim::Impl::sha256(std::string(name) + '\0' + std::to_string(::getpid()));
+  char hex[9];
+  std::snprintf(hex, sizeof hex, "%02x%02x%02x%02x", h[0], h[1], h[2], h[3]);
+  return hex;
 }
 
-// fsync of a file or directory; false on failure, with errno the failing call's.
-bool sync_path(const std::string& p, bool directory) {
-  const int fd = ::open(p.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
+// fsync of a file; false on failure, with errno the failing call's.
+bool sync_file(const std::string& p) {
+  const int fd = ::open(p.c_str(), O_RDONLY);
   if (fd < 0) return false;
   const bool good   = ::fsync(fd) == 0;
   const int failure = errno;
@@ -1068,14 +1081,14 @@ void save_checkpoint(const std::string& path, const Optimizer& opt, const SaveOp
     koptim::Impl::BorrowState borrow;
     state = opt.export_state();
   });
-  // The temporary file's name is this save's own (rank 0's host and process, which every rank
-  // takes): two processes that save to the same path without a communicator between them (a
+  // The temporary file's name is this save's own (a tag of rank 0's host and process, which every
+  // rank takes): two processes that save to the same path without a communicator between them (a
   // replicated optimizer saved on every rank without SaveOptions::comm) each write a whole file of
   // their own and rename it, instead of truncating and renaming one file that the other is writing.
   std::string tmp;
   r.together([&] {
     plan = plan_of(all_gather_bytes(r, manifest_of(state)));
-    tmp  = all_gather_bytes(r, path + ".tmp-" + host_name() + "-" + std::to_string(::getpid()))[0];
+    tmp  = all_gather_bytes(r, path + ".tmp-" + save_tag())[0];
   });
 
   // 2. The file, written collectively.
@@ -1233,14 +1246,21 @@ void save_checkpoint(const std::string& path, const Optimizer& opt, const SaveOp
     // 3. Durable, then renamed over the target.
     r.together([&] {
       if (r.rank() != 0) return;
-      if (!sync_path(tmp, false)) throw Error(where + "cannot sync '" + tmp + "' to disk: " + std::strerror(errno));
+      if (!sync_file(tmp)) throw Error(where + "cannot sync '" + tmp + "' to disk: " + std::strerror(errno));
       if (std::rename(tmp.c_str(), path.c_str()) != 0)
         throw Error(where + "cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(errno));
-      // The rename itself, durable: a directory whose file system cannot sync it (EINVAL) is left.
+      // The rename itself, durable. A directory that cannot be opened for reading (write-only) or
+      // whose file system cannot sync one (EINVAL) is left as it is; an error of the sync itself
+      // (EIO) is reported, after the rename: the file at path is then the new one.
       const std::string dir = directory_of(path);
-      if (!sync_path(dir, true) && errno != EINVAL)
-        throw Error(where + "wrote '" + path + "' but cannot sync its directory '" + dir +
-                    "' to disk: " + std::strerror(errno) + " (the file may not survive a crash of the machine)");
+      const int fd          = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+      if (fd >= 0) {
+        const int synced = ::fsync(fd), failure = errno;
+        ::close(fd);
+        if (synced != 0 && failure != EINVAL)
+          throw Error(where + "wrote '" + path + "' (the new file is in place) but cannot sync its directory '" + dir +
+                      "' to disk: " + std::strerror(failure) + "; the rename may not survive a crash of the machine");
+      }
     });
   } catch (...) {
     // Every handle is closed by now; the previous file at path is untouched.

@@ -13,9 +13,10 @@
 //   once through MPI-IO; state is stored by parameter and block, never by rank, so a file
 //   written on N ranks loads on M: each rank reads only the blocks, tensors or slices it keeps
 //   (Optimizer::state_part).
-// - Atomic: the file is written as "<path>.tmp-<host>-<pid>" beside the target (rank 0's host
-//   and process), flushed to disk on every rank and renamed over the target only once every rank
-//   has written its part; an error or a crash during a save leaves the previous file untouched.
+// - Atomic: the file is written as "<path>.tmp-<tag>" beside the target (eight hex digits of
+//   rank 0's host and process), flushed to disk on every rank and renamed over the target only
+//   once every rank has written its part; an error or a crash during a save leaves the previous
+//   file untouched (but for an error syncing the directory after the rename: docs/checkpoint.md).
 // - Every dataset carries HDF5's Fletcher32 checksum; a corrupted dataset is detected at load.
 // - A load either restores everything (the optimizer's state, the parameters' values) or throws
 //   a koptim::Error naming the problem, on every rank, with nothing changed.

@@ -255,20 +255,25 @@ bool Optimizer::check_gradients(const ExecutionSpace& exec) {
 // NonFiniteError on every rank, or skips the step on every rank, instead of leaving the others in
 // the step's collectives. One host collective per step, only where gradients are checked.
 bool Optimizer::checked_on_every_rank(const ExecutionSpace& exec) {
-  const auto comm = communicator();
+  const comm::Communicator* comm = step_communicator();
   if (!comm || comm->size() == 1 || common_.nonfinite_gradient == NonFiniteGradient::unchecked)
     return check_gradients(exec);
-  std::string local;  // "" fine, "s<name>" skip, "e<message>" error
+  // "" fine, "s<name>" skip, "n<message>" NonFiniteError, "x<message>" any other error (the
+  // check's first allocation, a Kokkos error).
+  std::string local;
   try {
     if (!check_gradients(exec)) local = "s" + status_.refused_parameter;
   } catch (const NonFiniteError& e) {
-    local = std::string("e") + e.what();
+    local = std::string("n") + e.what();
+  } catch (const std::exception& e) {
+    local = std::string("x") + e.what();
   }
   const auto first = comm->first_error(local);
   if (first.first < 0) return true;
-  const std::string text = first.second.substr(1);
-  if (first.second[0] == 'e') throw NonFiniteError("rank " + std::to_string(first.first) + ": " + text);
-  if (local.empty()) status_.refused_parameter = "rank " + std::to_string(first.first) + ": " + text;
+  const std::string text = "rank " + std::to_string(first.first) + ": " + first.second.substr(1);
+  if (first.second[0] == 'n') throw NonFiniteError(text);
+  if (first.second[0] == 'x') throw Error(text);
+  if (local.empty()) status_.refused_parameter = text;
   return false;
 }
 

@@ -69,28 +69,28 @@ ElementwiseOptimizer::ElementwiseOptimizer(std::string name, ParameterSet params
       pc.buffers.emplace_back("koptim::" + ps[i].name + "/" + slots_[s], ps[i].param.dtype, pc.size, fill[s]);
     pieces_.push_back(std::move(pc));
   };
-  // The state's allocation (and the gather's buffers), agreed on: a rank whose memory runs out
-  // fails every rank's constructor.
+  // The state's allocation (the pieces, the gather's buffers, the runs' device tables), agreed on:
+  // a rank whose memory runs out fails every rank's constructor.
   Impl::run_together(comm_.get(), [&] {
     if (!comm_) {
       for (std::size_t i = 0; i < ps.size(); ++i) add_piece(i, 0, ps[i].param.size);
-      return;
+    } else {
+      sharing_      = std::make_unique<Sharing>();
+      sharing_->f32 = slices<float>(ps, this->name(), me, ranks);
+      sharing_->f64 = slices<double>(ps, this->name(), me, ranks);
+      auto mine     = [&](const auto& sharing) {
+        for (std::size_t k = 0; k < sharing.parts().size(); ++k) {
+          const auto& part = sharing.parts()[k];
+          if (sharing.mine(k)) add_piece(static_cast<std::size_t>(part.param), part.offset, part.size);
+        }
+      };
+      mine(sharing_->f32);
+      mine(sharing_->f64);
     }
-    sharing_      = std::make_unique<Sharing>();
-    sharing_->f32 = slices<float>(ps, this->name(), me, ranks);
-    sharing_->f64 = slices<double>(ps, this->name(), me, ranks);
-    auto mine     = [&](const auto& sharing) {
-      for (std::size_t k = 0; k < sharing.parts().size(); ++k) {
-        const auto& part = sharing.parts()[k];
-        if (sharing.mine(k)) add_piece(static_cast<std::size_t>(part.param), part.offset, part.size);
-      }
-    };
-    mine(sharing_->f32);
-    mine(sharing_->f64);
+    std::sort(pieces_.begin(), pieces_.end(), [](const Piece& a, const Piece& b) { return a.param < b.param; });
+    runs_f32_ = make_runs<float>();
+    runs_f64_ = make_runs<double>();
   });
-  std::sort(pieces_.begin(), pieces_.end(), [](const Piece& a, const Piece& b) { return a.param < b.param; });
-  runs_f32_ = make_runs<float>();
-  runs_f64_ = make_runs<double>();
 }
 
 template <class T>

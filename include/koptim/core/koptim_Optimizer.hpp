@@ -46,7 +46,8 @@ struct StepStatus {
   // or the policy is unchecked.
   // Shampoo's trace bound refuses a whole block: it names the parameter and counts 0 values.
   // A distributed optimizer's rank whose own gradients passed, in a step another rank refused:
-  // "rank R: <parameter>" and 0 values.
+  // "rank R: <parameter>" and 0 values (Shampoo's trace bound, checked by the block's rank on
+  // gradients that are the same on every rank, names the parameter alone on every rank).
   std::int64_t refused_values = 0;
   std::string refused_parameter;
   // Shampoo: inverse roots (or eigenbases) whose computation failed at this step; their previous
@@ -165,6 +166,10 @@ class Optimizer {
   // Optimizers that never square a gradient (SGD), or bound the growth of their state
   // themselves (Shampoo), refuse only NaN and Inf gradients.
   void refuse_overflowing_squares(bool on) { refuse_squares_ = on; }
+  // The ranks whose steps meet in collectives (communicator() unless a step communicates over
+  // fewer): step() agrees on the gradient check over them.
+  virtual const comm::Communicator* step_communicator() const { return communicator().get(); }
+
   // An update() that refuses its gradients itself under skip_step sets skipped here: the step is
   // then counted as skipped, not taken (the update must have changed nothing).
   StepStatus& step_status() { return status_; }
@@ -172,7 +177,7 @@ class Optimizer {
  private:
   // False when a gradient is refused and the step is to be skipped; throws for "error".
   bool check_gradients(const ExecutionSpace& exec);
-  // check_gradients, its outcome agreed on over communicator() (the step taken, skipped or
+  // check_gradients, its outcome agreed on over step_communicator() (the step taken, skipped or
   // refused on every rank alike).
   bool checked_on_every_rank(const ExecutionSpace& exec);
   // Every gradient's place, for the check that reads them all in one kernel (built at the first

@@ -4,8 +4,9 @@
 // scalar values) is all-gathered, so that every rank builds the same plan of groups, datasets
 // and attributes (HDF5 creates them collectively); each dataset is then written collectively,
 // each rank selecting the part it writes (its slice, or the whole entry on the lowest rank that
-// holds it; parameter values in equal shares). The file is "<path>.tmp" until every rank has
-// closed it; rank 0 then syncs it to disk and renames it.
+// holds it; parameter values in equal shares), after the ranks agree on the local work it needs.
+// The file is "<path>.tmp-<tag>" until every rank has flushed and closed it; rank 0 then syncs it
+// to disk and renames it.
 //
 // Load: every rank opens the file read-only, checks it, and reads what Optimizer::state_part()
 // says it keeps; the state is checked on every rank and the errors agreed on before anything

@@ -1,5 +1,6 @@
 // The Communicator base (ownership of the duplicated MPI communicator, the host control plane)
 // and the MPI backend of the data plane.
+#include "koptim_Distributor.hpp"
 #include "koptim_TypedCommunicator.hpp"
 #include <koptim/core/impl/koptim_Profiling.hpp>
 
@@ -179,14 +180,10 @@ Communicator::Communicator(MPI_Comm dup, Backend backend) : comm_(dup), backend_
   // the override KOPTIM_MPI_CUDA_AWARE is each rank's environment: checked on every backend (a
   // value that is neither 0 nor 1 is refused, also where it is not used) and the check agreed on,
   // so that a rank with a bad value fails every rank's create, not only its own.
-  std::exception_ptr error;
-  try {
+  Impl::run_together(this, [&] {
     const bool cuda_aware = Impl::mpi_reports_cuda_support();
     cuda_aware_           = !host_accessible && cuda_aware;
-  } catch (...) {
-    error = std::current_exception();
-  }
-  agree_on_exception(error);
+  });
 }
 
 Communicator::~Communicator() = default;

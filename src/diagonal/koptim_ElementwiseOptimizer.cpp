@@ -49,8 +49,7 @@ ElementwiseOptimizer::ElementwiseOptimizer(std::string name, ParameterSet params
                                            std::vector<std::string> slots, std::vector<double> fill,
                                            std::shared_ptr<comm::Communicator> comm,
                                            const std::string& options_descriptor)
-    : Optimizer(std::move(name), std::move(params), std::move(common), comm && comm->size() > 1 ? comm.get() : nullptr),
-      slots_(std::move(slots)) {
+    : Optimizer(std::move(name), std::move(params), std::move(common), comm.get()), slots_(std::move(slots)) {
   if (slots_.size() > 3) throw std::logic_error("koptim::" + this->name() + ": more than 3 state slots per parameter");
   fill.resize(slots_.size(), 0.0);
   const auto& ps = parameters();

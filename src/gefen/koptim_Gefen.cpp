@@ -974,7 +974,7 @@ struct Gefen::Sharing {
 };
 
 Gefen::Gefen(ParameterSet params, CommonOptions common, GefenOptions options, std::shared_ptr<comm::Communicator> comm)
-    : Optimizer("Gefen", std::move(params), std::move(common), comm && comm->size() > 1 ? comm.get() : nullptr),
+    : Optimizer("Gefen", std::move(params), std::move(common), comm.get()),
       options_(options),
       state_(std::make_unique<State>()),
       owner_(parameters().size(), 0) {

@@ -1433,7 +1433,7 @@ void ShampooBlocks<T>::import_tensors(const OptimizerState& s) {
 
 Shampoo::Shampoo(ParameterSet params, CommonOptions common, ShampooOptions options,
                  std::shared_ptr<comm::Communicator> comm)
-    : Optimizer("Shampoo", std::move(params), std::move(common), comm && comm->size() > 1 ? comm.get() : nullptr),
+    : Optimizer("Shampoo", std::move(params), std::move(common), comm.get()),
       options_(std::move(options)),
       comm_(std::move(comm)) {
   // The trace bound of each block (ShampooBlocks::prepare) refuses exactly the gradients that
@@ -1449,7 +1449,7 @@ Shampoo::Shampoo(ParameterSet params, CommonOptions common, ShampooOptions optio
   };
   // This rank's own checks, agreed on before the ranks compare their optimizers (a rank that
   // threw alone would leave the others waiting in that comparison).
-  Impl::run_together(comm_ && comm_->size() > 1 ? comm_.get() : nullptr, [&] {
+  Impl::run_together(comm_.get(), [&] {
     Impl::check_option_ranges(me, o);
     if (o.start_preconditioning_step && *o.start_preconditioning_step < o.precondition_frequency) {
       throw ConfigError(
@@ -1609,7 +1609,7 @@ Shampoo::Shampoo(ParameterSet params, CommonOptions common, ShampooOptions optio
   }
   // The memory and the allocation depend on this rank's blocks and machine: agreed on, so that a
   // rank that cannot hold its blocks fails every rank's constructor, not the others' first step.
-  Impl::run_together(comm_ && comm_->size() > 1 ? comm_.get() : nullptr, [&] {
+  Impl::run_together(comm_.get(), [&] {
     // The memory this rank's blocks need, before asking for it: a huge max_preconditioner_dim
     // (a factor matrix of d x d per dimension of a block) must be a koptim error that says how much
     // was asked, not an allocation failure deep inside Kokkos.

@@ -149,9 +149,9 @@ class Optimizer {
 
  protected:
   Optimizer(std::string name, ParameterSet params, CommonOptions common);
-  // The same for an optimizer whose state is distributed over agree_with (more than one rank):
-  // its checks are agreed on, so that every rank throws the lowest failing rank's error, or none
-  // does (no rank goes on into the derived class's collectives while another has thrown).
+  // The same for an optimizer whose state is distributed over agree_with: its checks are agreed
+  // on, so that every rank throws the lowest failing rank's error, or none does (no rank goes on
+  // into the derived class's collectives while another has thrown). Null or one rank: as above.
   Optimizer(std::string name, ParameterSet params, CommonOptions common, const comm::Communicator* agree_with);
 
   // One step with the step counter already advanced to t, on exec; lrs[g] is group g's lr for

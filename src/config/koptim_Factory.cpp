@@ -7,6 +7,7 @@
 #include "koptim_EnumNames.hpp"
 #include "koptim_KeyRanges.hpp"
 #include "koptim_OptionKeys.hpp"
+#include "koptim_ScheduleKeys.hpp"
 
 #include <koptim/comm/koptim_Communicator.hpp>
 #include "koptim_Validators.hpp"
@@ -310,25 +311,20 @@ std::string optimizer_of(const ParameterList& list) {
 // step_size also 1, their default before -1, unset, which lists printed by then hold).
 void reject_ignored_schedule_keys(const ParameterList& s, const ParameterList& defaults, const std::string& optimizer) {
   const auto type = s.get<std::string>("type");
-  const std::map<std::string, std::set<std::string>> read{{"constant", {}},
-                                                          {"linear_warmup", {}},
-                                                          {"cosine", {"total_steps", "min_lr_factor"}},
-                                                          {"linear", {"total_steps", "min_lr_factor"}},
-                                                          {"step", {"step_size", "gamma"}}};
-  for (const char* key : {"total_steps", "min_lr_factor", "step_size", "gamma"}) {
-    if (read.at(type).count(key)) continue;
-    const auto& given = s.getEntry(key);
+  for (auto it = s.begin(); it != s.end(); ++it) {
+    const std::string& key = s.name(it);
+    if (Impl::schedule_reads(type, key)) continue;
+    const auto& given = s.entry(it);
     const auto& dflt  = defaults.getEntry(key);
     const bool same   = given.isType<int>() ? Teuchos::getValue<int>(given) == Teuchos::getValue<int>(dflt) ||
                                                 Teuchos::getValue<int>(given) == 1
                                             : Teuchos::getValue<double>(given) == Teuchos::getValue<double>(dflt);
-    if (!same)
-      throw ConfigError(
-          "koptim: key 'lr_schedule/" + std::string(key) + "' = " + Impl::entry_value_string(given) +
-          " for optimizer " + optimizer + " is not read by lr_schedule type '" + type +
-          "' and would be ignored; set type to the schedule it belongs to (" +
-          (std::string(key) == "total_steps" || std::string(key) == "min_lr_factor" ? "cosine or linear" : "step") +
-          "), or remove it");
+    if (same) continue;
+    std::string readers;
+    for (const auto& r : Impl::schedule_key_readers(key)) readers += (readers.empty() ? "" : " or ") + r;
+    throw ConfigError("koptim: key 'lr_schedule/" + key + "' = " + Impl::entry_value_string(given) + " for optimizer " +
+                      optimizer + " is not read by lr_schedule type '" + type +
+                      "' and would be ignored; set type to the schedule it belongs to (" + readers + "), or remove it");
   }
 }
 

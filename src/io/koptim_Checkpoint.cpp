@@ -14,6 +14,7 @@
 #include <koptim/io/koptim_Checkpoint.hpp>
 
 #include "../comm/koptim_Distributor.hpp"
+#include "../config/koptim_ScheduleKeys.hpp"
 
 #include <koptim/comm/koptim_Communicator.hpp>
 #include <koptim/config/koptim_Factory.hpp>
@@ -35,6 +36,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <optional>
 #include <set>
@@ -868,9 +870,9 @@ std::map<std::string, std::string> flat_configuration(const std::string& xml) {
   // it was -1, unset: a checkpoint of then is not a changed configuration).
   const auto type        = out.find("lr_schedule/type");
   const std::string kind = type == out.end() ? std::string("constant") : type->second;
-  const bool length      = kind == "cosine" || kind == "linear";
-  if (!length) out.erase("lr_schedule/total_steps"), out.erase("lr_schedule/min_lr_factor");
-  if (kind != "step") out.erase("lr_schedule/step_size"), out.erase("lr_schedule/gamma");
+  const std::string sub  = "lr_schedule/";
+  for (auto it = out.lower_bound(sub); it != out.end() && it->first.compare(0, sub.size(), sub) == 0;)
+    it = koptim::Impl::schedule_reads(kind, it->first.substr(sub.size())) ? std::next(it) : out.erase(it);
   return out;
 }
 

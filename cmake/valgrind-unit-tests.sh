@@ -25,6 +25,10 @@ if grep -q "^koptim_HOST_ARCH:STRING=native" "$build/CMakeCache.txt" 2>/dev/null
        "machines; use the valgrind preset (cmake --preset valgrind && cmake --build --preset valgrind -j 2)" >&2
   exit 2
 fi
+if ! command -v valgrind > /dev/null; then
+  echo "valgrind: not installed (apt-get install valgrind)" >&2
+  exit 2
+fi
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 status=0
 for t in "${programs[@]}"; do

@@ -36,6 +36,13 @@ int main(int argc, char** argv) {
     }
     int n = static_cast<int>(args.size());
     benchmark::Initialize(&n, args.data());
+    // An argument neither Kokkos nor Google Benchmark took (a misspelt --benchmark_filtr would
+    // otherwise run every benchmark without a word): the library prints it; every rank stops.
+    if (benchmark::ReportUnrecognizedArguments(n, args.data())) {
+      Kokkos::finalize();
+      MPI_Finalize();
+      return 2;
+    }
     benchmark::AddCustomContext("koptim_version", KOPTIM_VERSION_STRING);
     benchmark::AddCustomContext("koptim_git_hash", koptim::git_hash());
     benchmark::AddCustomContext("kokkos_version", std::to_string(KOKKOS_VERSION));

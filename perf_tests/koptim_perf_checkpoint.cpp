@@ -20,6 +20,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -39,11 +41,22 @@ std::string dir() {
   return d && *d ? d : ".";
 }
 
-// The optimizer of the benchmark, after enough steps that every buffer holds real values.
+// The MLP's width: KOPTIM_PERF_WIDTH, a whole positive decimal number (default 1024); anything
+// else stops the program naming it.
 int width() {
   const char* w = std::getenv("KOPTIM_PERF_WIDTH");
-  return w && *w ? std::atoi(w) : 1024;
+  if (!w || !*w) return 1024;
+  char* end    = nullptr;
+  errno        = 0;
+  const long v = std::strtol(w, &end, 10);
+  if (*end != '\0' || errno == ERANGE || v < 1 || v > (1L << 20) || !std::isdigit(static_cast<unsigned char>(*w))) {
+    std::fprintf(stderr, "KOPTIM_PERF_WIDTH = '%s' is not a width: give a whole number from 1 to 1048576\n", w);
+    std::exit(2);
+  }
+  return static_cast<int>(v);
 }
+
+// The optimizer of the benchmark, after enough steps that every buffer holds real values.
 
 struct Setup {
   koptim_perf::Mlp mlp{width()};

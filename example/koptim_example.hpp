@@ -20,6 +20,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cctype>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -34,6 +36,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <unistd.h>
 #include <vector>
 
@@ -596,6 +599,60 @@ class Progress {
   std::int64_t last_tenth_ = -1;
 };
 
+// The curve as text ("step wall_s train_loss test_loss metric" per line, reals in hexadecimal
+// so that they come back exactly), for the checkpoint's metadata; parse_curve reads it back.
+inline std::string curve_text(const std::vector<EvalPoint>& curve) {
+  std::string s;
+  char line[200];
+  for (const auto& e : curve) {
+    std::snprintf(line, sizeof line, "%lld %a %a %a %a\n", static_cast<long long>(e.step), e.wall_s, e.train_loss,
+                  e.test_loss, e.test_metric);
+    s += line;
+  }
+  return s;
+}
+inline std::vector<EvalPoint> parse_curve(const std::string& text) {
+  std::vector<EvalPoint> curve;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    // Five fields separated by single spaces, each read whole: an integer step, four reals in
+    // hexadecimal (as curve_text writes them); anything else is refused, not read in part.
+    std::vector<std::string> fields;
+    std::size_t start = 0;
+    for (std::size_t end; (end = line.find(' ', start)) != std::string::npos; start = end + 1)
+      fields.push_back(line.substr(start, end - start));
+    fields.push_back(line.substr(start));
+    // ERANGE refuses a step beyond long long; a real written by %a reads back exactly (a
+    // subnormal one may set ERANGE and is still exact).
+    auto whole = [](const std::string& f, auto parse) {
+      char* end           = nullptr;
+      errno               = 0;
+      const auto v        = parse(f.c_str(), &end);
+      const bool range_ok = errno != ERANGE || std::is_floating_point<decltype(v)>::value;
+      const bool all_of_it =
+          !f.empty() && !std::isspace(static_cast<unsigned char>(f.front())) && end == f.c_str() + f.size();
+      return std::make_pair(v, range_ok && all_of_it);
+    };
+    bool ok = fields.size() == 5;
+    EvalPoint e;
+    if (ok) {
+      const auto step = whole(fields[0], [](const char* s, char** end) { return std::strtoll(s, end, 10); });
+      ok              = step.second;
+      e.step          = step.first;
+      double* reals[] = {&e.wall_s, &e.train_loss, &e.test_loss, &e.test_metric};
+      for (int k = 0; k < 4 && ok; ++k) {
+        const auto v = whole(fields[k + 1], [](const char* s, char** end) { return std::strtod(s, end); });
+        ok           = v.second;
+        *reals[k]    = v.first;
+      }
+    }
+    if (!ok) throw UsageError("the checkpoint's curve has a line that is not 'step wall_s train test metric': " + line);
+    curve.push_back(e);
+  }
+  return curve;
+}
+
 // Trains a model on a data set with one optimizer, data-parallel over a communicator (or alone).
 // Every rank holds the whole data set and the same model; step s draws the global batch from an
 // epoch permutation that depends on (seed, epoch) only, so any rank and any restart agree on it.
@@ -688,7 +745,7 @@ class Trainer {
   // calls them; the file is written once, by all ranks together.
   void save(const std::string& path) const {
     // Every rank must pass the same metadata: rank 0's timings and curve stand for the run.
-    std::string curve = curve_text();
+    std::string curve = curve_text(curve_);
     double wall_s     = wall_s_;
     if (comm_ && ranks_ > 1) {
       long long n = static_cast<long long>(curve.size());
@@ -733,6 +790,12 @@ class Trainer {
     } catch (const koptim::ConfigError& e) {
       throw UsageError(e.what());  // the command line's values differ from the saved run's
     }
+    // A run already past its steps would train nothing and print the checkpoint's figures as its
+    // own (possible where --steps changes no key of the schedule: a constant lr, linear_warmup, step).
+    const std::int64_t at = optimizer_->step_count();
+    if (at > settings_.steps)
+      throw UsageError("the checkpoint '" + path + "' is at step " + std::to_string(at) + ", past this run's " +
+                       std::to_string(settings_.steps) + " steps: give --steps " + std::to_string(at) + " or more");
     wall_s_      = m.reals.at("wall_s");
     steps_timed_ = m.integers.at("steps_timed");
     curve_       = curve;
@@ -763,34 +826,6 @@ class Trainer {
   }
 
  private:
-  // The curve as text ("step wall_s train_loss test_loss metric" per line, reals in hexadecimal
-  // so that they come back exactly), for the checkpoint's metadata.
-  std::string curve_text() const {
-    std::string s;
-    char line[200];
-    for (const auto& e : curve_) {
-      std::snprintf(line, sizeof line, "%lld %a %a %a %a\n", static_cast<long long>(e.step), e.wall_s, e.train_loss,
-                    e.test_loss, e.test_metric);
-      s += line;
-    }
-    return s;
-  }
-  static std::vector<EvalPoint> parse_curve(const std::string& text) {
-    std::vector<EvalPoint> curve;
-    std::istringstream in(text);
-    std::string line;
-    while (std::getline(in, line)) {
-      EvalPoint e;
-      long long step = 0;
-      if (std::sscanf(line.c_str(), "%lld %la %la %la %la", &step, &e.wall_s, &e.train_loss, &e.test_loss,
-                      &e.test_metric) != 5)
-        throw UsageError("the checkpoint's curve has a line that is not 'step wall_s train test metric': " + line);
-      e.step = step;
-      curve.push_back(e);
-    }
-    return curve;
-  }
-
   const Dataset& data_;
   Mlp& model_;
   TrainSettings settings_;
@@ -833,10 +868,12 @@ inline Teuchos::RCP<Teuchos::ParameterList> read_config(const std::string& path,
     text << "--lr " << std::setprecision(17) << lr;
     overrides = text.str();
   }
-  // A schedule with a length (cosine, linear); a file's total_steps of -1 is "unset" (the value a
-  // list printed with every default has), which only a schedule without a length accepts.
-  const int total = v.sublist("lr_schedule").get<int>("total_steps");
-  if (steps > 0 && total != -1) {
+  // A schedule with a length: the types that read total_steps (cosine, linear; docs/parameters.md).
+  // The others ignore the key, whatever it holds (-1, "unset", in a list printed with every
+  // default; 1 in lists of earlier versions), and --steps changes nothing of their schedule.
+  const std::string type = v.sublist("lr_schedule").get<std::string>("type");
+  const int total        = v.sublist("lr_schedule").get<int>("total_steps");
+  if (steps > 0 && (type == "cosine" || type == "linear")) {
     auto& s          = list->sublist("lr_schedule");
     const int warmup = v.sublist("lr_schedule").get<int>("warmup_steps");
     if (!steps_given && total != steps)
@@ -997,12 +1034,9 @@ inline void run_example(const Dataset& data, const std::vector<int>& layers, con
   }
   if (!o.restart.empty()) {
     trainer.restore(o.restart);
-    const std::int64_t at = trainer.optimizer().step_count();
-    // A run already past --steps would train nothing and print the checkpoint's figures as final.
-    if (at > settings.steps)
-      throw UsageError("the checkpoint '" + o.restart + "' is at step " + std::to_string(at) + ", past this run's " +
-                       std::to_string(settings.steps) + " steps: give --steps " + std::to_string(at) + " or more");
-    if (root) std::printf("restarted from %s at step %lld\n", o.restart.c_str(), static_cast<long long>(at));
+    if (root)
+      std::printf("restarted from %s at step %lld\n", o.restart.c_str(),
+                  static_cast<long long>(trainer.optimizer().step_count()));
   }
   trainer.train([&](std::int64_t step) {
     if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0) trainer.save(o.checkpoint);

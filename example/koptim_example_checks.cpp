@@ -2,7 +2,9 @@
 // - the finite-difference solver against the closed-form heat-equation solution
 //   u(x, t) = exp(-nu k^2 t) sin(k x) (the solver with c = 0), and Burgers' shock-free decay of
 //   the mean (it conserves the integral of u);
-// - the MLP's backward pass against central finite differences of its loss, for both losses.
+// - the MLP's backward pass against central finite differences of its loss, for both losses;
+// - the checkpoint's curve text: written and read back bit for bit, and a line that is not
+//   exactly five whole fields refused (not read in part).
 #include "koptim_example.hpp"
 
 namespace {
@@ -125,6 +127,43 @@ void check_gradient(LossKind kind) {
   expect(worst < 1e-2, what);
 }
 
+void check_curve_text() {
+  std::vector<EvalPoint> curve(3);
+  const double tiny         = 4.9406564584124654e-324;  // a subnormal: strtod may set ERANGE, still exact
+  const double values[3][4] = {
+      {0.0, 2.302585092994046, 2.3, 0.1}, {1.0 / 3.0, tiny, -0.0, 1e300}, {7.25, std::nan(""), INFINITY, 0.5}};
+  for (int i = 0; i < 3; ++i) {
+    curve[i].step        = 10 * i + (i == 2 ? 9223372036854775807LL - 20 : 0);
+    curve[i].wall_s      = values[i][0];
+    curve[i].train_loss  = values[i][1];
+    curve[i].test_loss   = values[i][2];
+    curve[i].test_metric = values[i][3];
+  }
+  const auto back = parse_curve(curve_text(curve));
+  bool same       = back.size() == curve.size();
+  for (std::size_t i = 0; same && i < curve.size(); ++i) {
+    const double a[] = {curve[i].wall_s, curve[i].train_loss, curve[i].test_loss, curve[i].test_metric};
+    const double b[] = {back[i].wall_s, back[i].train_loss, back[i].test_loss, back[i].test_metric};
+    same             = back[i].step == curve[i].step && std::memcmp(a, b, sizeof a) == 0;
+  }
+  expect(same, "the curve text reads back bit for bit (subnormal, -0, nan, inf, a step near 2^63)");
+  for (const char* bad : {"1.5 0x1p+0 0x1p+0 0x1p+0 0x1p+0",                      // a step that is not an integer
+                          "1 0x1p+0 0x1p+0 0x1p+0 0x1p+0 junk",                   // a sixth field
+                          "1 0x1p+0 0x1p+0 0x1p+0",                               // four fields
+                          "1 0x1p+0 0x1p+0 0x1p+0 0x1p+0x",                       // a field read in part
+                          "1  0x1p+0 0x1p+0 0x1p+0 0x1p+0",                       // an empty field
+                          "1 \t0x1p+0 0x1p+0 0x1p+0 0x1p+0",                      // leading white space
+                          "99999999999999999999 0x1p+0 0x1p+0 0x1p+0 0x1p+0"}) {  // beyond long long
+    bool refused = false;
+    try {
+      parse_curve(bad);
+    } catch (const UsageError&) {
+      refused = true;
+    }
+    expect(refused, std::string("the curve line '") + bad + "' is refused");
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -133,6 +172,7 @@ int main(int argc, char** argv) {
     check_heat();
     check_gradient(LossKind::cross_entropy);
     check_gradient(LossKind::mean_squared);
+    check_curve_text();
     if (failures) throw std::runtime_error(std::to_string(failures) + " check(s) failed");
   });
 }

@@ -150,6 +150,8 @@ void batched_eigenbasis_qr(const Kokkos::DefaultHostExecutionSpace& host, const 
                 "batched_eigenbasis_qr: A and V must be rank-3 Views (batch x n x n)");
   static_assert(InfoView::rank == 1 && IterationsView::rank == 1,
                 "batched_eigenbasis_qr: info and iterations must be rank 1");
+  static_assert(std::is_same<typename BatchView::non_const_value_type, T>::value,
+                "batched_eigenbasis_qr: A and V must have the same scalar type");
   static_assert(Impl::is_lapack_scalar<T>::value, "batched_eigenbasis_qr: the scalar type must be float or double");
   static_assert(Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename BatchView::memory_space>::accessible &&
                     Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename VectorsView::memory_space>::accessible,
@@ -228,6 +230,8 @@ void batched_eigenbasis_qr_team(const ExecSpace& space, const BatchView& A, cons
   static_assert(std::is_same<typename Estimates::non_const_value_type, double>::value,
                 "batched_eigenbasis_qr_team: the estimates d are double, as in batched_eigenbasis_qr");
   static_assert(std::is_floating_point<T>::value, "batched_eigenbasis_qr_team: the scalar type must be floating point");
+  static_assert(std::is_same<typename BatchView::non_const_value_type, T>::value,
+                "batched_eigenbasis_qr_team: A and V must have the same scalar type");
   koptim::Impl::ScopedRegion region("koptim::linalg::batched_eigenbasis_qr_team");
   const int nb = static_cast<int>(A.extent(0)), n = static_cast<int>(A.extent(1));
   if (A.extent(2) != A.extent(1) || V.extent(0) != A.extent(0) || V.extent(1) != A.extent(1) ||

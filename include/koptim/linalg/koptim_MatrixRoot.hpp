@@ -94,7 +94,8 @@ struct RootInfo {
   bool diagonal_shortcut = false;
   bool identity          = false;  // exponent 0
   // Coupled Newton only: whether max|M - I| reached newton_tolerance, and its final value.
-  // Without convergence the result is still used (status success); callers log a warning.
+  // Without convergence the result is still used (status success); callers report it (Shampoo:
+  // StepStatus::unconverged_roots).
   bool newton_converged = true;
   double newton_error   = 0.0;
   // Coupled Newton only: the iteration diverged on this (finite) factor, and the root was computed
@@ -1167,6 +1168,9 @@ RootInfo inverse_root(const LView& L, const XView& X, double exponent, const Inv
   static_assert(Kokkos::is_view<XView>::value && XView::rank == 2, "inverse_root: X must be a rank-2 View (n x n)");
   static_assert(std::is_same<Mem, typename XView::memory_space>::value,
                 "inverse_root: L and X must be in the same memory space");
+  // (A double L with a float X was rounded to float before the root without a word.)
+  static_assert(std::is_same<typename LView::non_const_value_type, T>::value,
+                "inverse_root: L and X must have the same scalar type");
   const std::size_t n = L.extent(0);
   if (L.extent(1) != n || X.extent(0) != n || X.extent(1) != n) {
     throw koptim::ShapeError("koptim::linalg::inverse_root: L is " + std::to_string(L.extent(0)) + " x " +
@@ -1175,15 +1179,17 @@ RootInfo inverse_root(const LView& L, const XView& X, double exponent, const Inv
   }
   Impl::Batch<T, Mem> L3(Kokkos::view_alloc(Kokkos::WithoutInitializing, "koptim::linalg::inverse_root_L"), 1, n, n);
   Impl::Batch<T, Mem> X3(Kokkos::view_alloc(Kokkos::WithoutInitializing, "koptim::linalg::inverse_root_X"), 1, n, n);
-  const int ni = static_cast<int>(n);
+  // Two-dimensional index ranges: n^2 may exceed an int's range where n does not.
+  using Square = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>;
+  const Square square({0, 0}, {static_cast<std::int64_t>(n), static_cast<std::int64_t>(n)});
   Kokkos::parallel_for(
-      "koptim::linalg::inverse_root_in", Kokkos::RangePolicy<ExecSpace>(0, ni * ni),
-      KOKKOS_LAMBDA(const int t) { L3(0, t / ni, t % ni) = L(t / ni, t % ni); });
+      "koptim::linalg::inverse_root_in", square,
+      KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) { L3(0, i, j) = L(i, j); });
   const auto res = batched_inverse_root(L3, X3, std::vector<double>{exponent}, options);
   if (res[0].ok()) {
     Kokkos::parallel_for(
-        "koptim::linalg::inverse_root_out", Kokkos::RangePolicy<ExecSpace>(0, ni * ni),
-        KOKKOS_LAMBDA(const int t) { X(t / ni, t % ni) = X3(0, t / ni, t % ni); });
+        "koptim::linalg::inverse_root_out", square,
+        KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) { X(i, j) = X3(0, i, j); });
     koptim::Impl::fence(ExecSpace(), "koptim::linalg::inverse_root: the root written");
   }
   return res[0];

@@ -184,6 +184,37 @@ TEST(StateImport, RejectsScalarsTheOptimizerDoesNotHold) {
   }
 }
 
+// An unsharded optimizer keeps every tensor whole: a tensor marked as a slice of a larger one (or
+// with an offset and no whole shape) is refused, every tensor of every optimizer (Gefen accepted
+// them, reading the slice's elements as the whole tensor's).
+TEST(StateImport, RejectsSlicesWhereTheTensorIsWhole) {
+  for (const std::string name : {"SGD", "AdaGrad", "RMSProp", "Adam", "AdamW", "Gefen", "Shampoo"}) {
+    Model m;
+    auto opt = make(m.params, name);
+    m.gradients(1);
+    opt->step();
+    const auto good = opt->export_state();
+    for (const auto& kv : good.tensors) {
+      SCOPED_TRACE(name + " " + kv.first);
+      auto s           = good;
+      auto& t          = s.tensors[kv.first];
+      const auto whole = t.shape.empty() ? std::int64_t(1) : t.size();
+      t.whole          = {2 * whole};
+      t.offset         = whole;
+      koptim_test::expect_error<koptim::StateError>(
+          [&] { opt->import_state(s); },
+          {"state tensor '" + kv.first + "' is the slice at element " + std::to_string(whole),
+           "this rank keeps the whole tensor"});
+      EXPECT_TRUE(opt->export_state() == good);
+      t.whole.clear();
+      t.offset = 3;
+      koptim_test::expect_error<koptim::StateError>([&] { opt->import_state(s); },
+                                                    {"'" + kv.first + "' is marked with offset 3 but no whole shape"});
+      EXPECT_TRUE(opt->export_state() == good);
+    }
+  }
+}
+
 TEST(StateBytes, AreExact) {
   Model m;  // 15 float + 7 double parameters
   const std::size_t f = 15 * 4, d = 7 * 8;

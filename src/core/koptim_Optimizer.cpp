@@ -348,6 +348,20 @@ void Optimizer::check_state(const OptimizerState& s) const {
   }
   StateKeys keys = check_entries(s);
   keys.integers.insert({"step", "skipped_steps"});
+  // A tensor this rank keeps whole must not be a slice (StateTensor::whole, offset): read as the
+  // whole tensor, a slice's elements would land at the wrong places. The optimizers that keep
+  // slices check theirs (state_part says which).
+  for (const auto& kv : s.tensors) {
+    const StateTensor& t = kv.second;
+    if (!keys.tensors.count(kv.first) || state_part(kv.first).kind == StatePart::slice) continue;
+    if (!t.whole.empty() || t.offset != 0) {
+      throw StateError("koptim::" + name_ + "::import_state: state tensor '" + kv.first + "' is " +
+                       (t.whole.empty() ? "marked with offset " + std::to_string(t.offset) + " but no whole shape"
+                                        : "the slice at element " + std::to_string(t.offset) +
+                                              " of a tensor of shape " + shape_string(t.whole)) +
+                       "; this rank keeps the whole tensor" + keys.hint);
+    }
+  }
   auto refuse_others = [&](const auto& entries, const std::set<std::string>& held, const char* kind) {
     for (const auto& kv : entries)
       if (!held.count(kv.first))

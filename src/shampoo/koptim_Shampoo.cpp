@@ -1323,7 +1323,6 @@ void ShampooBlocks<T>::check_entries(const OptimizerState& s, Optimizer::StateKe
     if (t.shape != shape || t.data.size() != static_cast<std::size_t>(n) * sizeof(T))
       throw StateError(who + "state tensor '" + k + "' has shape " + shape_string(t.shape) + " (" +
                        std::to_string(t.data.size()) + " bytes), expected " + shape_string(shape));
-    if (!t.whole.empty()) throw StateError(who + "state tensor '" + k + "' is a slice; Shampoo's state is whole");
     Impl::check_values(t, k, values == nonnegative);
     if (values == factor) {
       for (std::int64_t i = 0; i < shape[0]; ++i) {

@@ -495,6 +495,67 @@ TEST(Shampoo, OverflowingFactorIsRejectedAndChangesNothing) {
   EXPECT_EQ(opt->step_count(), 2);
 }
 
+// The squares, not only the trace: with betas[1] < 1 the factors' weight (1 - b2) let a gradient
+// whose G G^T overflows float pass the trace bound (w |G|^2 finite), and the factors became Inf
+// for good. Refused (here skipped) with nothing changed; a block that forms no squares (exponent
+// 0, no squaring grafting) takes such a gradient, and one with Adam grafting refuses it.
+TEST(Shampoo, GradientWhoseSquaresOverflowIsRefusedWhereSquaresAreFormed) {
+  struct Case {
+    const char* name;
+    bool refused;
+    std::function<void(Teuchos::ParameterList&)> set;
+  };
+  const std::vector<Case> cases = {
+      {"betas[1] = 0.999", true,
+       [](Teuchos::ParameterList& l) {
+         Teuchos::Array<double> betas(2);  // (Teuchos::Array{0.9, 0.999} is Array(0, 0.999): empty)
+         betas[0] = 0.9;
+         betas[1] = 0.999;
+         l.set("betas", betas);
+       }},
+      {"exponent 0, Adam grafting", true,
+       [](Teuchos::ParameterList& l) {
+         l.set("grafting", std::string("Adam"));
+         l.sublist("inverse_exponent_override").set("order_1", 0.0);
+       }},
+      {"exponent 0, no grafting", false,
+       [](Teuchos::ParameterList& l) { l.sublist("inverse_exponent_override").set("order_1", 0.0); }},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    TestTensor<float> v({4}, "v");
+    koptim::ParameterSet params;
+    v.add_to(params, "v");
+    Teuchos::ParameterList l;
+    l.set("optimizer", std::string("Shampoo"));
+    l.set("nonfinite_gradient", std::string("skip_step"));
+    c.set(l);
+    auto opt = koptim::create(params, l);
+    v.set(true, [](std::int64_t i) { return 0.5 + 0.25 * static_cast<double>(i); });
+    opt->step();
+    const auto before = opt->export_state();
+    const auto pv     = v.get();
+    v.set(true, [](std::int64_t i) { return i == 1 ? 2e19 : 1.0; });  // 4e38 > FLT_MAX; 1e-3 of it is not
+    opt->step();
+    const auto status = opt->last_step_status();
+    EXPECT_EQ(status.skipped, c.refused);
+    if (c.refused) {
+      EXPECT_EQ(status.refused_parameter, "v");
+      EXPECT_EQ(v.get(), pv);
+      auto after = opt->export_state();
+      after.integers.at("skipped_steps") -= 1;
+      EXPECT_TRUE(after == before);
+    } else {
+      for (float x : v.get()) EXPECT_TRUE(std::isfinite(x));
+    }
+    // Ordinary gradients go on.
+    v.set(true, [](std::int64_t i) { return 0.5 - 0.125 * static_cast<double>(i); });
+    opt->step();
+    EXPECT_TRUE(opt->last_step_status().taken);
+    for (float x : v.get()) EXPECT_TRUE(std::isfinite(x));
+  }
+}
+
 // A first step that threw inside the optimizer (another rank's error does so after this rank has
 // filtered its gradient) fixes the filtered gradient's form as a counted step does.
 TEST(Shampoo, FilterFormIsFixedByAStepThatThrew) {

@@ -851,7 +851,23 @@ std::string ShampooBlocks<T>::prepare(const std::vector<double>& wds, bool check
              ": the gradient holds a NaN or Inf value after L2 weight decay (G + weight_decay W, weight_decay = " +
              std::to_string(wds[prm.group]) + "); nothing was updated";
     }
-    if (!b.factors.empty() && !(trace <= static_cast<double>(std::numeric_limits<T>::max()))) {
+    // The squares themselves: the factors' products G G^T are summed before their weight 1 - b2
+    // scales them, and the grafting accumulators and E square each element before weighting it.
+    // Every such product and partial sum is at most |G|^2 (Cauchy-Schwarz), so |G|^2 within T's
+    // range keeps them finite. A block without factors, E or squaring grafting forms no squares.
+    const double largest = static_cast<double>(std::numeric_limits<T>::max());
+    const bool squares   = !b.preconditioned.empty() || b.correction.size() > 0 || b.graft.size() > 0;
+    if (squares && !(sumsq <= largest)) {
+      std::ostringstream msg;
+      msg << "koptim::Shampoo::step: " << b.where(ps_, layouts_) << ": the gradient's squared norm (" << sumsq
+          << ") is beyond the largest " << (std::is_same<T, float>::value ? "float" : "double") << " ("
+          << std::numeric_limits<T>::max()
+          << "): its squares would overflow to Inf in the factor matrices or second moments (a NaN or Inf "
+             "result); nothing was updated";
+      parameter = prm.name;
+      return msg.str();
+    }
+    if (!b.preconditioned.empty() && !(trace <= largest)) {
       std::ostringstream msg;
       msg << "koptim::Shampoo::step: " << b.where(ps_, layouts_) << ": the gradient's squared norm (" << sumsq
           << ") would take the trace of its factor matrices to " << trace << ", beyond the largest "

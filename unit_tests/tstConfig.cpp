@@ -553,6 +553,26 @@ TEST(Config, ShampooOverrideKeysOutsideIntAreRefused) {
   }
 }
 
+// An override's value as YAML reads it: an integer beyond int (a long long) is the number written
+// where a double holds it exactly ("is not a number" before), refused beyond 2^53; a list in
+// place of the number is named as a list ("= x = 1 [unused]" before).
+TEST(Config, ShampooOverrideValuesAreReadAsWritten) {
+  auto yaml = [](const std::string& value) {
+    return koptim::parameter_list_from_string(
+        "koptim:\n  optimizer: Shampoo\n  use_merge_dims: false\n  inverse_exponent_override:\n    order_2" + value,
+        "yaml", "t");
+  };
+  auto big = yaml(": 3000000000\n");
+  ASSERT_TRUE(big->sublist("inverse_exponent_override").isType<long long>("order_2"));
+  EXPECT_EQ(config_error(*big), "");
+  Fixture f;
+  auto opt = koptim::create(f.params, *big);
+  EXPECT_EQ(dynamic_cast<const koptim::Shampoo&>(*opt).options().inverse_exponent_override.at(2), 3e9);
+  expect_contains(config_error(*yaml(": 9007199254740993\n")),
+                  {"'inverse_exponent_override/order_2' = 9007199254740993", "beyond 2^53"});
+  expect_contains(config_error(*yaml(":\n      x: 1\n")), {"'inverse_exponent_override/order_2' is a list"});
+}
+
 TEST(Config, MessagesShowValuesAsWrittenAndRangesThatAgree) {
   // The bound in the message is the bound that refused the value.
   auto l = adamw();

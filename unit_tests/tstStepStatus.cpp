@@ -102,4 +102,31 @@ TEST(StepStatusShampoo, CountsNewtonFallbacks) {
   EXPECT_GT(fallbacks, 0);
 }
 
+// A Newton iteration that stops at its limit without reaching the tolerance: its root is used
+// (the step is taken) and the status counts it (it was reported nowhere). The limit is lowered to
+// 2 iterations through the test hook; with the limit of 100 the same factors converge.
+TEST(StepStatusShampoo, CountsUnconvergedNewtonRoots) {
+  for (int limit : {2, 0}) {
+    SCOPED_TRACE(limit);
+    koptim::Impl::set_newton_iteration_limit(limit);
+    TestTensor<double> w({6, 5}, "w");
+    koptim::ParameterSet params;
+    w.add_to(params, "w");
+    Teuchos::ParameterList l;
+    l.set("optimizer", std::string("Shampoo"));
+    l.set("root_method", std::string("coupled_newton"));
+    l.set("use_merge_dims", false);
+    auto opt = koptim::create(params, l);
+    w.set(true, [](std::int64_t k) { return std::sin(0.7 * static_cast<double>(k) + 0.3) + 0.1 * (k % 3); });
+    opt->step();
+    const auto s = opt->last_step_status();
+    koptim::Impl::set_newton_iteration_limit(0);
+    EXPECT_TRUE(s.taken);
+    EXPECT_EQ(s.failed_root_computations, 0);
+    EXPECT_EQ(s.root_fallbacks, 0);
+    EXPECT_EQ(s.unconverged_roots, limit == 2 ? 2 : 0);  // the 6 x 6 and 5 x 5 factors
+    for (double x : w.get()) EXPECT_TRUE(std::isfinite(x));
+  }
+}
+
 }  // namespace

@@ -21,6 +21,7 @@
 
 #include <Teuchos_XMLParameterListCoreHelpers.hpp>
 
+#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <map>
@@ -127,10 +128,19 @@ ShampooOptions shampoo_options(const ParameterList& l) {
     const std::string& k = ov.name(it);
     const auto& e        = ov.entry(it);
     double a             = 0;
-    if (e.isType<double>()) {
+    if (e.isList()) {
+      throw ConfigError("koptim: key 'inverse_exponent_override/" + k + "' is a list; expected a number (" +
+                        R::shampoo::inverse_exponent.text(false) + ")");
+    } else if (e.isType<double>()) {
       a = Teuchos::getValue<double>(e);
     } else if (e.isType<int>()) {
       a = Teuchos::getValue<int>(e);
+    } else if (e.isType<long long>() && std::llabs(Teuchos::getValue<long long>(e)) <= (1LL << 53)) {
+      // YAML reads an integer beyond int as long long: taken where a double holds it exactly.
+      a = static_cast<double>(Teuchos::getValue<long long>(e));
+    } else if (e.isType<long long>()) {
+      throw ConfigError("koptim: key 'inverse_exponent_override/" + k + "' = " + Impl::entry_value_string(e) +
+                        " is an integer beyond 2^53, which a double does not hold exactly");
     } else {
       throw ConfigError("koptim: key 'inverse_exponent_override/" + k + "' = " + Impl::entry_value_string(e) +
                         " is not a number; allowed: " + R::shampoo::inverse_exponent.text(false));

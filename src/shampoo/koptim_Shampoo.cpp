@@ -36,6 +36,11 @@ namespace koptim {
 namespace Impl {
 
 namespace {
+int newton_iteration_limit = 100;
+}  // namespace
+void set_newton_iteration_limit(int limit) { newton_iteration_limit = limit <= 0 ? 100 : limit; }
+
+namespace {
 
 template <class T>
 using Vec = Kokkos::View<T*, MemorySpace>;
@@ -445,6 +450,7 @@ class ShampooBlocks {
   // Newton roots that came from the eigendecomposition.
   std::int64_t step_failures() const { return step_failures_; }
   std::int64_t step_fallbacks() const { return step_fallbacks_; }
+  std::int64_t step_unconverged() const { return step_unconverged_; }
   void accumulate(std::int64_t t);
   void amortized(std::int64_t t);
   // amortized()'s roots or eigenbases.
@@ -602,7 +608,7 @@ class ShampooBlocks {
   std::int64_t failures_kept_ = 0;
   std::int64_t qr_iterations_ = 0, qr_refreshes_ = 0;  // eigenbasis = qr (not checkpointed: diagnostics)
   ExecutionSpace exec_;                                // set_instance()
-  std::int64_t step_failures_ = 0, step_fallbacks_ = 0;
+  std::int64_t step_failures_ = 0, step_fallbacks_ = 0, step_unconverged_ = 0;
 };
 
 template <class T>
@@ -1017,7 +1023,7 @@ template <class T>
 void ShampooBlocks<T>::compute_bases(std::int64_t t) {
   const double scale = o_.use_bias_correction && b2_ < 1.0 ? 1.0 / (1.0 - std::pow(b2_, static_cast<double>(t))) : 1.0;
   std::vector<char> block_failed(blocks_.size(), 0);
-  step_failures_ = step_fallbacks_ = 0;
+  step_failures_ = step_fallbacks_ = step_unconverged_ = 0;
   for (auto& kv : banks_) {
     BankSet& s           = kv.second;
     const std::int64_t n = kv.first;
@@ -1123,16 +1129,18 @@ void ShampooBlocks<T>::compute_bases(std::int64_t t) {
       std::vector<double> exponents(m);
       for (std::int64_t a = 0; a < m; ++a) exponents[a] = blocks_[s.owner[a].first].factors[s.owner[a].second].exponent;
       linalg::InverseRootOptions ro;
-      ro.method             = o_.root_method;
-      ro.solver             = o_.eigensolver;
-      ro.epsilon            = o_.epsilon;
-      ro.use_pseudo_inverse = o_.pseudo_inverse;
-      ro.rank_rtol          = o_.rank_rtol;
-      ro.rank_atol          = o_.rank_atol;
-      ro.products           = gemm_backend();
-      const auto infos      = linalg::batched_inverse_root(exec_, Lhat, s.X, exponents, ro, &ws);
+      ro.method                = o_.root_method;
+      ro.solver                = o_.eigensolver;
+      ro.epsilon               = o_.epsilon;
+      ro.use_pseudo_inverse    = o_.pseudo_inverse;
+      ro.rank_rtol             = o_.rank_rtol;
+      ro.rank_atol             = o_.rank_atol;
+      ro.products              = gemm_backend();
+      ro.newton_max_iterations = newton_iteration_limit;
+      const auto infos         = linalg::batched_inverse_root(exec_, Lhat, s.X, exponents, ro, &ws);
       for (std::int64_t a = 0; a < m; ++a) {
         if (infos[a].newton_fell_back) ++step_fallbacks_;
+        if (infos[a].ok() && !infos[a].newton_converged && !infos[a].newton_fell_back) ++step_unconverged_;
         switch (infos[a].status) {
           case linalg::RootStatus::success:
             status[a] = 0;
@@ -1768,6 +1776,7 @@ void Shampoo::update(const ExecutionSpace& exec, std::int64_t t, const std::vect
       f64_->amortized(t);
       step_status().failed_root_computations = f32_->step_failures() + f64_->step_failures();
       step_status().root_fallbacks           = f32_->step_fallbacks() + f64_->step_fallbacks();
+      step_status().unconverged_roots        = f32_->step_unconverged() + f64_->step_unconverged();
       lap(times_.amortized_computation);
       ++times_.amortized_computations;
     }

@@ -55,8 +55,12 @@ struct StepStatus {
   std::int64_t failed_root_computations = 0;
   // Shampoo with root_method = coupled_newton: roots computed by the eigendecomposition because
   // the Newton iteration diverged on their factor (rank-deficient or ill-conditioned). 0 elsewhere.
-  // Both count this rank's blocks only when Shampoo's blocks are spread over ranks.
   std::int64_t root_fallbacks = 0;
+  // Shampoo with root_method = coupled_newton: roots whose Newton iteration stopped at its 100
+  // iterations without reaching its tolerance (max |M - I| <= 1e-6); each is used as computed.
+  // 0 elsewhere. These three count this rank's blocks only when Shampoo's blocks are spread over
+  // ranks.
+  std::int64_t unconverged_roots = 0;
 };
 
 class Optimizer;

@@ -34,7 +34,8 @@ class Adam : public Impl::ElementwiseOptimizer {
   bool decoupled_;
 };
 
-// AdamW: Adam with decoupled weight decay (torch default weight_decay 0.01).
+// AdamW: Adam with decoupled weight decay. A parameter list's default weight_decay is torch's
+// 0.01; CommonOptions{} holds 0 for every optimizer, so set common.weight_decay here.
 class AdamW : public Adam {
  public:
   AdamW(ParameterSet params, CommonOptions common, AdamOptions options = {},

@@ -92,7 +92,11 @@ struct ShampooOptions {
 namespace Impl {
 template <class T>
 class ShampooBlocks;
-}
+// The coupled Newton iteration's limit of iterations (100). Test hook: set_newton_iteration_limit(n)
+// lowers it for every Shampoo of the process (0: back to 100), so that a root that stops without
+// converging (StepStatus::unconverged_roots) can be tested on small factors.
+void set_newton_iteration_limit(int limit);
+}  // namespace Impl
 
 class Shampoo : public Optimizer {
  public:

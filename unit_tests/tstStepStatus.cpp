@@ -106,6 +106,9 @@ TEST(StepStatusShampoo, CountsNewtonFallbacks) {
 // (the step is taken) and the status counts it (it was reported nowhere). The limit is lowered to
 // 2 iterations through the test hook; with the limit of 100 the same factors converge.
 TEST(StepStatusShampoo, CountsUnconvergedNewtonRoots) {
+  struct Restore {  // the limit goes back to 100 however the test ends
+    ~Restore() { koptim::Impl::set_newton_iteration_limit(0); }
+  } restore;
   for (int limit : {2, 0}) {
     SCOPED_TRACE(limit);
     koptim::Impl::set_newton_iteration_limit(limit);
@@ -120,7 +123,6 @@ TEST(StepStatusShampoo, CountsUnconvergedNewtonRoots) {
     w.set(true, [](std::int64_t k) { return std::sin(0.7 * static_cast<double>(k) + 0.3) + 0.1 * (k % 3); });
     opt->step();
     const auto s = opt->last_step_status();
-    koptim::Impl::set_newton_iteration_limit(0);
     EXPECT_TRUE(s.taken);
     EXPECT_EQ(s.failed_root_computations, 0);
     EXPECT_EQ(s.root_fallbacks, 0);

@@ -903,7 +903,10 @@ void ShampooBlocks<T>::factor_grams(std::size_t bi, bool serial) {
 
 template <class T>
 void ShampooBlocks<T>::accumulate(std::int64_t t) {
-  for (auto& b : blocks_) b.trace = next_trace(b);
+  // A block without factors keeps no trace (0): nothing bounds its gradient by it, and a trace
+  // accumulated there could exceed what a state import accepts.
+  for (auto& b : blocks_)
+    if (!b.preconditioned.empty()) b.trace = next_trace(b);
   const AccumulateBody<T> body{
       o_.grafting == Grafting::AdaGrad || o_.grafting == Grafting::RMSProp || o_.grafting == Grafting::Adam,
       o_.grafting == Grafting::AdaGrad,

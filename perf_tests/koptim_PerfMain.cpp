@@ -14,6 +14,22 @@
 #include <vector>
 
 namespace {
+// Kokkos' options it also reads without the --kokkos- prefix, and leaves in argv in that form.
+bool kokkos_unprefixed(const char* a) {
+  for (const char* name : {"--help", "--disable-warnings", "--tune-internals", "--threads", "--num-threads", "--numa",
+                           "--device", "--device-id", "--ndevices", "--num-devices", "--map-device-id-by",
+                           "--tools-library", "--tools-args", "--tools-help", "--print-configuration"}) {
+    const std::size_t k = std::strlen(name);
+    if (std::strncmp(a, name, k) == 0 && (a[k] == '\0' || a[k] == '=')) return true;
+  }
+  return false;
+}
+
+// The options that name rank 0's output file (the other ranks drop them and report nothing).
+bool output_option(const char* a) {
+  return std::strncmp(a, "--benchmark_out=", 16) == 0 || std::strncmp(a, "--benchmark_out_format=", 23) == 0;
+}
+
 class SilentReporter : public benchmark::BenchmarkReporter {
  public:
   bool ReportContext(const Context&) override { return true; }
@@ -29,16 +45,17 @@ int main(int argc, char** argv) {
   Kokkos::initialize(argc, argv);
   {
     std::vector<char*> args(argv, argv + argc);
-    if (rank != 0) {
-      args.erase(std::remove_if(args.begin() + 1, args.end(),
-                                [](char* a) { return std::strncmp(a, "--benchmark_out", 15) == 0; }),
-                 args.end());
-    }
+    if (rank != 0) args.erase(std::remove_if(args.begin() + 1, args.end(), output_option), args.end());
     int n = static_cast<int>(args.size());
     benchmark::Initialize(&n, args.data());
     // An argument neither Kokkos nor Google Benchmark took (a misspelt --benchmark_filtr would
-    // otherwise run every benchmark without a word): the library prints it; every rank stops.
-    if (benchmark::ReportUnrecognizedArguments(n, args.data())) {
+    // otherwise run every benchmark without a word): the library prints it, and every rank stops
+    // (agreed: ranks that went on would wait for the others in their benchmarks' collectives).
+    std::vector<char*> left(args.begin(), args.begin() + n);
+    left.erase(std::remove_if(left.begin() + 1, left.end(), kokkos_unprefixed), left.end());
+    int unknown = benchmark::ReportUnrecognizedArguments(static_cast<int>(left.size()), left.data()) ? 1 : 0;
+    MPI_Allreduce(MPI_IN_PLACE, &unknown, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (unknown) {
       Kokkos::finalize();
       MPI_Finalize();
       return 2;

@@ -1,6 +1,7 @@
 # ctest helper: runs COMMAND (arguments separated by '|'), fails unless its exit status is RC
 # (default 0) and its output (stdout and stderr) matches each regular expression of EXPECT
-# (separated by '@@'). With FILES (separated by '|'), each of these files must exist afterwards.
+# (separated by '@@'). With FILES (separated by '|'), each of these files must exist afterwards;
+# with ABSENT (separated by '|'), none of these may.
 string(REPLACE "|" ";" _command "${COMMAND}")
 if(DEFINED WORKING_DIRECTORY)
   file(REMOVE_RECURSE "${WORKING_DIRECTORY}")
@@ -30,6 +31,14 @@ if(DEFINED FILES)
   foreach(_f IN LISTS _files)
     if(NOT EXISTS "${WORKING_DIRECTORY}/${_f}")
       message(FATAL_ERROR "${_command} did not write ${_f} (in ${WORKING_DIRECTORY}):\n${_all}")
+    endif()
+  endforeach()
+endif()
+if(DEFINED ABSENT)
+  string(REPLACE "|" ";" _absent "${ABSENT}")
+  foreach(_f IN LISTS _absent)
+    if(EXISTS "${WORKING_DIRECTORY}/${_f}")
+      message(FATAL_ERROR "${_command} wrote ${_f} (in ${WORKING_DIRECTORY}), which it must not:\n${_all}")
     endif()
   endforeach()
 endif()

@@ -207,21 +207,35 @@ void demo(int argc, char** argv) {
   if (task_name != "digits")
     tasks.push_back({"burgers", "rel_l2_error", "test rel. L2 error", burgers_layers, 1000, 64, 10});
 
-  std::vector<std::string> written;
+  // Every run is built (and restored from --restart) before any trains: a checkpoint refused for
+  // one run (another seed, configuration, a step past --steps) stops the demo before any run has
+  // written a file.
+  struct Prepared {
+    Task task;
+    Dataset data;
+    std::vector<std::string> files;
+    std::vector<std::unique_ptr<Mlp>> models;
+    std::vector<std::unique_ptr<Trainer>> trainers;
+    std::int64_t parameters = 0;
+  };
+  std::vector<std::unique_ptr<Prepared>> prepared;
   for (Task& task : tasks) {
     if (steps > 0) task.steps = steps;
-    task.eval_every    = std::max(1, std::min(task.eval_every, task.steps / 10));
-    const Dataset data = task.name == "digits" ? load_digits(root + "/data/digits.txt") : make_burgers(2048, 512);
-    std::printf("\n%s: %s\n", task.name.c_str(), data.description.c_str());
-    std::vector<std::string> files = configs;
-    if (files.empty())
+    task.eval_every = std::max(1, std::min(task.eval_every, task.steps / 10));
+    prepared.push_back(std::make_unique<Prepared>());
+    Prepared& pr = *prepared.back();
+    pr.task      = task;
+    pr.data      = task.name == "digits" ? load_digits(root + "/data/digits.txt") : make_burgers(2048, 512);
+    std::printf("\n%s: %s\n", task.name.c_str(), pr.data.description.c_str());
+    pr.files = configs;
+    if (pr.files.empty())
       for (const char* opt : {"adamw", "shampoo", "gefen"})
-        files.push_back(root + "/configs/" + task.name + "_" + opt + ".yaml");
+        pr.files.push_back(root + "/configs/" + task.name + "_" + opt + ".yaml");
     // One run per optimizer: its files are named after it (two configurations of one optimizer
     // would write the same files, and a restart would give both the same state).
     std::vector<Teuchos::RCP<Teuchos::ParameterList>> lists;
     std::map<std::string, std::string> file_of;
-    for (const auto& file : files) {
+    for (const auto& file : pr.files) {
       lists.push_back(read_config(file, 0.0, task.steps, steps > 0));
       const auto name = lists.back()->get<std::string>("optimizer");
       if (!file_of.emplace(name, file).second)
@@ -243,21 +257,18 @@ void demo(int argc, char** argv) {
         throw UsageError("--restart '" + restart + "' holds no checkpoint of task " + task.name + " (expected " +
                          expected + ")");
     }
-    std::vector<Run> runs;
-    std::int64_t parameters = 0;
-    for (std::size_t k = 0; k < files.size(); ++k) {
-      const std::string& file = files[k];
-      auto config             = lists[k];
-      Mlp model(task.layers, seed);
-      parameters = model.num_parameters();
+    for (std::size_t k = 0; k < pr.files.size(); ++k) {
+      pr.models.push_back(std::make_unique<Mlp>(task.layers, seed));
+      pr.parameters = pr.models.back()->num_parameters();
       TrainSettings settings;
       settings.steps      = task.steps;
       settings.batch      = task.batch;
       settings.eval_every = task.eval_every;
       settings.seed       = seed;
       settings.progress   = progress;
-      settings.label      = task.name + " " + config->get<std::string>("optimizer", "?");
-      Trainer trainer(data, model, *config, settings);
+      settings.label      = task.name + " " + lists[k]->get<std::string>("optimizer", "?");
+      pr.trainers.push_back(std::make_unique<Trainer>(pr.data, *pr.models.back(), *lists[k], settings));
+      Trainer& trainer             = *pr.trainers.back();
       const std::string checkpoint = run_file(task.name, trainer.optimizer().name(), ".h5");
       if (!restart.empty() && std::filesystem::exists(std::filesystem::path(restart) / checkpoint)) {
         trainer.restore((std::filesystem::path(restart) / checkpoint).string());
@@ -266,7 +277,17 @@ void demo(int argc, char** argv) {
       } else if (!restart.empty()) {
         std::printf("%s: no %s in %s, starts at step 0\n", settings.label.c_str(), checkpoint.c_str(), restart.c_str());
       }
-      bool saved = false;
+    }
+  }
+
+  std::vector<std::string> written;
+  for (const auto& pr : prepared) {
+    const Task& task = pr->task;
+    std::vector<Run> runs;
+    for (std::size_t k = 0; k < pr->files.size(); ++k) {
+      Trainer& trainer             = *pr->trainers[k];
+      const std::string checkpoint = run_file(task.name, trainer.optimizer().name(), ".h5");
+      bool saved                   = false;
       trainer.train([&](std::int64_t step) {
         if (checkpoint_every > 0 && step % checkpoint_every == 0) {
           trainer.save((dir / checkpoint).string());
@@ -276,7 +297,7 @@ void demo(int argc, char** argv) {
       if (saved) written.push_back((dir / checkpoint).string());
       Run r;
       r.optimizer           = trainer.optimizer().name();
-      r.file                = file;
+      r.file                = pr->files[k];
       r.curve               = trainer.curve();
       r.ms_per_step         = trainer.ms_per_step();
       r.bytes_per_parameter = state_bytes_per_parameter(trainer.optimizer());
@@ -285,7 +306,7 @@ void demo(int argc, char** argv) {
       written.push_back(csv.string());
       runs.push_back(std::move(r));
     }
-    print_table(task, runs, parameters);
+    print_table(task, runs, pr->parameters);
     if (plot(task, runs, dir))
       written.push_back((dir / (task.name + ".png")).string());
     else

@@ -760,6 +760,7 @@ class Trainer {
     o.metadata.integers["shards"]      = settings_.shards;
     o.metadata.integers["batch"]       = settings_.batch;
     o.metadata.integers["steps_timed"] = steps_timed_;
+    o.metadata.integers["step"]        = optimizer_->step_count();
     o.metadata.reals["wall_s"]         = wall_s;
     o.metadata.strings["curve"]        = curve;
     koptim::io::save_checkpoint(path, *optimizer_, o);
@@ -782,6 +783,18 @@ class Trainer {
     if (!m.reals.count("wall_s") || !m.integers.count("steps_timed") || !m.strings.count("curve"))
       throw UsageError("the checkpoint '" + path + "' was not written by a koptim example");
     const auto curve = parse_curve(m.strings.at("curve"));
+    // A run already past its steps would train nothing and print the checkpoint's figures as its
+    // own (possible where --steps changes no key of the schedule: a constant lr, linear_warmup,
+    // step). Checked from the metadata before anything is loaded; a checkpoint of an earlier
+    // version, without the step in its metadata, after the load (the optimizer then holds its
+    // state, and the program stops).
+    auto past = [&](std::int64_t at) {
+      if (at > settings_.steps)
+        throw UsageError("the checkpoint '" + path + "' is at step " + std::to_string(at) + ", past this run's " +
+                         std::to_string(settings_.steps) + " steps: give --steps " + std::to_string(at) + " or more");
+    };
+    const auto step = m.integers.find("step");
+    if (step != m.integers.end()) past(step->second);
     koptim::io::LoadOptions lo;
     lo.comm                        = comm_;
     lo.allow_configuration_changes = false;  // the same run continues: another lr would be another run
@@ -790,12 +803,7 @@ class Trainer {
     } catch (const koptim::ConfigError& e) {
       throw UsageError(e.what());  // the command line's values differ from the saved run's
     }
-    // A run already past its steps would train nothing and print the checkpoint's figures as its
-    // own (possible where --steps changes no key of the schedule: a constant lr, linear_warmup, step).
-    const std::int64_t at = optimizer_->step_count();
-    if (at > settings_.steps)
-      throw UsageError("the checkpoint '" + path + "' is at step " + std::to_string(at) + ", past this run's " +
-                       std::to_string(settings_.steps) + " steps: give --steps " + std::to_string(at) + " or more");
+    if (step == m.integers.end()) past(optimizer_->step_count());
     wall_s_      = m.reals.at("wall_s");
     steps_timed_ = m.integers.at("steps_timed");
     curve_       = curve;

@@ -21,7 +21,6 @@
 
 #include <Teuchos_XMLParameterListCoreHelpers.hpp>
 
-#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <map>
@@ -135,7 +134,8 @@ ShampooOptions shampoo_options(const ParameterList& l) {
       a = Teuchos::getValue<double>(e);
     } else if (e.isType<int>()) {
       a = Teuchos::getValue<int>(e);
-    } else if (e.isType<long long>() && std::llabs(Teuchos::getValue<long long>(e)) <= (1LL << 53)) {
+    } else if (e.isType<long long>() && Teuchos::getValue<long long>(e) >= -(1LL << 53) &&
+               Teuchos::getValue<long long>(e) <= (1LL << 53)) {
       // YAML reads an integer beyond int as long long: taken where a double holds it exactly.
       a = static_cast<double>(Teuchos::getValue<long long>(e));
     } else if (e.isType<long long>()) {

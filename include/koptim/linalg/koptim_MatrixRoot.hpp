@@ -1007,6 +1007,11 @@ std::vector<RootInfo> batched_inverse_root(const ExecSpace& space, const LView& 
                              std::to_string(X.extent(1)) + " x " + std::to_string(X.extent(2)) +
                              " (both must be batch x n x n)");
   }
+  // The kernels index a matrix's n^2 entries with int (as LAPACK and the batched GEMM do).
+  if (n > 46340) {
+    throw koptim::ShapeError(who + ": matrices of " + std::to_string(n) + " x " + std::to_string(n) +
+                             ": n^2 is beyond the 2^31 - 1 entries a matrix may have here (n <= 46340)");
+  }
   if (exponents.size() != nb) {
     throw koptim::ShapeError(who + ": " + std::to_string(exponents.size()) + " exponents for a batch of " +
                              std::to_string(nb) + " matrices");
@@ -1179,7 +1184,6 @@ RootInfo inverse_root(const LView& L, const XView& X, double exponent, const Inv
   }
   Impl::Batch<T, Mem> L3(Kokkos::view_alloc(Kokkos::WithoutInitializing, "koptim::linalg::inverse_root_L"), 1, n, n);
   Impl::Batch<T, Mem> X3(Kokkos::view_alloc(Kokkos::WithoutInitializing, "koptim::linalg::inverse_root_X"), 1, n, n);
-  // Two-dimensional index ranges: n^2 may exceed an int's range where n does not.
   using Square = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>;
   const Square square({0, 0}, {static_cast<std::int64_t>(n), static_cast<std::int64_t>(n)});
   Kokkos::parallel_for(

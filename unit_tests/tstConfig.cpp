@@ -328,6 +328,9 @@ TEST(Config, YamlRefusesWhatItsReaderWouldReadOtherwise) {
   expect_contains(read_error(y, "koptim:\n  optimizer: !!str AdamW\n"), {"line 2", "key 'optimizer'", "YAML tag"});
   expect_contains(read_error(y, a + "  lr_schedule:\n    type: linear_warmup\n    warmup_steps: 010\n"),
                   {"line 5", "'010'", "leading zero"});
+  // ... also in an array of reals (09 was read as 9.0 there; betas' range then refused it only
+  // by chance).
+  expect_contains(read_error(y, a + "  betas: [0.5, 09]\n"), {"line 3", "key 'betas'", "'09'", "leading zero"});
   // What is right still reads: quoted strings, bool forms, a block sequence, integers in an array
   // of reals, an integer beyond int for a real, a block scalar, a byte-order mark.
   const std::string good =

@@ -546,6 +546,15 @@ bool yaml_flow_items(const std::string& v, std::vector<std::string>& items) {
 // in one of the forms the reader takes, a string character for character); why says otherwise.
 bool same_yaml_scalar(const Teuchos::ParameterEntry& e, const std::string& written, std::string& why) {
   const Teuchos::any& a = e.getAny(false);
+  // An integer written with a leading zero (09, -012) reads as octal in YAML 1.1 and as decimal
+  // in YAML 1.2: refused wherever it stands, a real's place (an array of reals) included.
+  const std::size_t sign  = !written.empty() && (written[0] == '+' || written[0] == '-') ? 1 : 0;
+  const bool leading_zero = written.size() > sign + 1 && written[sign] == '0' &&
+                            written.find_first_not_of("0123456789", sign) == std::string::npos;
+  if (leading_zero && (a.type() == typeid(double) || a.type() == typeid(int) || a.type() == typeid(long long))) {
+    why = "an integer with a leading zero (octal in YAML 1.1, decimal in YAML 1.2): write it without";
+    return false;
+  }
   if (a.type() == typeid(double)) {
     double v = 0;
     if (!parse_real(written, v, why)) return false;
@@ -554,11 +563,6 @@ bool same_yaml_scalar(const Teuchos::ParameterEntry& e, const std::string& writt
   if (a.type() == typeid(int) || a.type() == typeid(long long)) {
     long long v = 0;
     if (!parse_integer(written, v, why)) return false;
-    const std::size_t digits = written[0] == '+' || written[0] == '-' ? 1 : 0;
-    if (written.size() > digits + 1 && written[digits] == '0') {
-      why = "an integer with a leading zero (octal in YAML 1.1, decimal in YAML 1.2): write it without";
-      return false;
-    }
     return v == (a.type() == typeid(int) ? Teuchos::any_cast<int>(a) : Teuchos::any_cast<long long>(a));
   }
   if (a.type() == typeid(bool)) {

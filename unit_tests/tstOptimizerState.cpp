@@ -41,6 +41,15 @@ std::unique_ptr<koptim::Optimizer> make(const koptim::ParameterSet& p, const std
   return koptim::create(p, l);
 }
 
+// An optimizer of every kind after one step on m (its state initialised).
+const std::vector<std::string> every_optimizer = {"SGD", "AdaGrad", "RMSProp", "Adam", "AdamW", "Gefen", "Shampoo"};
+std::unique_ptr<koptim::Optimizer> after_one_step(Model& m, const std::string& name) {
+  auto opt = make(m.params, name);
+  m.gradients(1);
+  opt->step();
+  return opt;
+}
+
 class StateRoundTrip : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(StateRoundTrip, ResumesBitwise) {
@@ -145,11 +154,9 @@ TEST(StateImport, RejectsWhatDoesNotFitAndChangesNothing) {
 
 // An integer or a real the optimizer does not hold is refused, not ignored (every optimizer).
 TEST(StateImport, RejectsScalarsTheOptimizerDoesNotHold) {
-  for (const std::string name : {"SGD", "AdaGrad", "RMSProp", "Adam", "AdamW", "Gefen", "Shampoo"}) {
+  for (const std::string& name : every_optimizer) {
     Model m;
-    auto opt = make(m.params, name);
-    m.gradients(1);
-    opt->step();
+    auto opt        = after_one_step(m, name);
     const auto good = opt->export_state();
     ASSERT_NO_THROW(opt->import_state(good)) << name;
     auto s              = good;
@@ -188,11 +195,9 @@ TEST(StateImport, RejectsScalarsTheOptimizerDoesNotHold) {
 // with an offset and no whole shape) is refused, every tensor of every optimizer (Gefen accepted
 // them, reading the slice's elements as the whole tensor's).
 TEST(StateImport, RejectsSlicesWhereTheTensorIsWhole) {
-  for (const std::string name : {"SGD", "AdaGrad", "RMSProp", "Adam", "AdamW", "Gefen", "Shampoo"}) {
+  for (const std::string& name : every_optimizer) {
     Model m;
-    auto opt = make(m.params, name);
-    m.gradients(1);
-    opt->step();
+    auto opt        = after_one_step(m, name);
     const auto good = opt->export_state();
     for (const auto& kv : good.tensors) {
       SCOPED_TRACE(name + " " + kv.first);

@@ -8,6 +8,7 @@
 #include "koptim_KeyRanges.hpp"
 #include "koptim_OptionKeys.hpp"
 #include "koptim_ScheduleKeys.hpp"
+#include "koptim_TeuchosText.hpp"
 
 #include <koptim/comm/koptim_Communicator.hpp>
 #include "koptim_Validators.hpp"
@@ -24,6 +25,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -375,16 +377,15 @@ std::vector<std::string> optimizer_names() {
   return n;
 }
 
+// A new list at every call, nothing kept between calls: a list shared by host threads would share
+// its reference counts (and its validators'), which a Teuchos built without thread safety does not
+// make atomic. Building one takes microseconds beside what a create() does.
 RCP<const ParameterList> valid_parameters(const std::string& optimizer) {
   Impl::ScopedRegion region("koptim::valid_parameters");
-  static std::map<std::string, RCP<const ParameterList>> cache;
   const Entry& e = entry(optimizer);
-  auto it        = cache.find(optimizer);
-  if (it != cache.end()) return it->second;
-  auto l = Teuchos::rcp(new ParameterList(optimizer));
+  auto l         = Teuchos::rcp(new ParameterList(optimizer));
   l->set("optimizer", optimizer, "The optimizer: " + names_string() + ".", V::choice(optimizer_names()));
   e.add_keys(*l);
-  cache[optimizer] = l;
   return l;
 }
 
@@ -457,7 +458,10 @@ std::unique_ptr<Optimizer> create(const ParameterSet& params, const ParameterLis
     Impl::ListReader(l).choice("nonfinite_gradient", c.nonfinite_gradient, "");
     c.lr_schedule = schedule_from(l.sublist("lr_schedule"));
     std::ostringstream text;
-    Teuchos::writeParameterListToXmlOStream(plain_copy(l), text);
+    {
+      std::lock_guard<std::mutex> lock(Impl::teuchos_text_mutex());
+      Teuchos::writeParameterListToXmlOStream(plain_copy(l), text);
+    }
     xml = text.str();
   });
   if (ranks && !ranks->same_on_all_ranks(xml))

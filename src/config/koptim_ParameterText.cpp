@@ -5,6 +5,7 @@
 // produced is compared with what was written: a value is used exactly as written, or refused.
 #include <koptim/config/koptim_Factory.hpp>
 #include <koptim/core/koptim_Error.hpp>
+#include "koptim_TeuchosText.hpp"
 #include "koptim_Validators.hpp"
 #include <koptim/core/impl/koptim_Profiling.hpp>
 
@@ -21,6 +22,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <set>
 #include <sstream>
 #include <vector>
@@ -289,6 +291,7 @@ void compare_xml_values(const Teuchos::XMLObject& x, const ParameterList& l, con
 }
 
 RCP<ParameterList> from_xml(const std::string& text, const std::string& source) {
+  std::lock_guard<std::mutex> lock(Impl::teuchos_text_mutex());
   Teuchos::XMLObject x;
   try {
     Teuchos::StringInputSource in(text);
@@ -677,6 +680,7 @@ RCP<ParameterList> from_yaml(const std::string& text, const std::string& source)
   if (root.empty()) refuse(source, "no key: a YAML parameter list is one top-level key holding the list");
   RCP<ParameterList> l;
   try {
+    std::lock_guard<std::mutex> lock(Impl::teuchos_text_mutex());
     l = Teuchos::getParametersFromYamlString(text);
   } catch (const std::exception& ex) {
     refuse(source, std::string("the YAML reader refused it: ") + ex.what());
@@ -686,6 +690,11 @@ RCP<ParameterList> from_yaml(const std::string& text, const std::string& source)
 }
 
 }  // namespace
+
+std::mutex& Impl::teuchos_text_mutex() {
+  static std::mutex m;
+  return m;
+}
 
 RCP<ParameterList> parameter_list_from_string(const std::string& text, const std::string& format,
                                               const std::string& source) {

@@ -4,10 +4,18 @@
 //   auto opt  = koptim::create(params, *list);
 //
 // A list names its optimizer with the key "optimizer" and holds that optimizer's keys at the
-// same level, plus an optional sublist "lr_schedule". Every optimizer publishes a cached valid
-// list (valid_parameters) in which each key has its default, a doc string and a validator. Unknown
+// same level, plus an optional sublist "lr_schedule". Every optimizer publishes a valid list
+// (valid_parameters) in which each key has its default, a doc string and a validator. Unknown
 // keys, wrong types and out-of-range values are rejected with a ConfigError naming the key, the
 // value and what is allowed; nothing is built from a bad list.
+//
+// Host threads may call the functions here at once: each call returns objects of its own, and
+// koptim's calls into Teuchos' XML and YAML readers and its XML writer (whose tables are
+// process-wide) take one lock. A Teuchos::RCP itself is not thread safe in a Teuchos built
+// without thread safety (Debian's): a thread keeps the lists it receives to itself. Your own
+// calls into Teuchos' readers and writers from other threads at the same time are outside that
+// lock. (create() also builds the optimizer, which launches kernels on the default instance:
+// whether several host threads may do that at once is the Kokkos backend's rule.)
 #ifndef KOPTIM_CONFIG_FACTORY_HPP
 #define KOPTIM_CONFIG_FACTORY_HPP
 
@@ -27,7 +35,7 @@ namespace koptim {
 // The names the key "optimizer" accepts.
 std::vector<std::string> optimizer_names();
 
-// The cached valid list of an optimizer (throws ConfigError for an unknown name).
+// The valid list of an optimizer, a new one at every call (throws ConfigError for an unknown name).
 Teuchos::RCP<const Teuchos::ParameterList> valid_parameters(const std::string& optimizer);
 
 // A copy of the list, checked against its optimizer's valid list, with every absent key set to

@@ -7,6 +7,7 @@
 // and ProductPlan against the products one at a time.
 #include <koptim/linalg/koptim_BatchedGemm.hpp>
 #include <koptim/linalg/koptim_Gemm.hpp>
+#include "linalg/koptim_HandleCache.hpp"
 
 #include <gtest/gtest.h>
 
@@ -16,7 +17,9 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <mutex>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace {
@@ -332,6 +335,59 @@ TEST(Gemm, ProductPlanFloat) {
 TEST(Gemm, ProductPlanDouble) {
   check_product_plan<double>(BatchedGemmBackend::automatic, 1e-13);
   check_product_plan<double>(BatchedGemmBackend::portable, 1e-13);
+}
+
+// The per-stream handles of the CUDA libraries (linalg/koptim_HandleCache.hpp), with stand-ins for
+// a library's calls: one handle per stream, the same one at each call; beyond max_handles streams
+// the one used least recently gives way after a device synchronization; a failed creation throws
+// and changes nothing.
+namespace handles {
+int created = 0, synchronized = 0;
+std::vector<int> destroyed;
+bool refuse = false;
+int create(int* h) {
+  if (refuse) return 7;
+  *h = ++created;
+  return 0;
+}
+int destroy(int h) {
+  destroyed.push_back(h);
+  return 0;
+}
+void quiesce() { ++synchronized; }
+}  // namespace handles
+
+TEST(HandleCache, OneHandlePerStreamAndTheLeastRecentlyUsedGivesWay) {
+  using Cache = koptim::linalg::Impl::HandleCache<const void*, int, int>;
+  static Cache cache(handles::create, handles::destroy, 0, "createHandle", handles::quiesce);
+  std::array<char, 2 * Cache::max_handles> streams{};
+  std::lock_guard<std::mutex> lock(cache.mutex);
+  const int first = cache.get(&streams[0]);
+  EXPECT_EQ(cache.get(&streams[0]), first);
+  for (std::size_t s = 1; s < Cache::max_handles; ++s) EXPECT_EQ(cache.get(&streams[s]), first + int(s));
+  EXPECT_EQ(cache.size(), Cache::max_handles);
+  EXPECT_EQ(cache.get(&streams[0]), first);  // stream 1's handle is now the one used least recently
+  EXPECT_EQ(handles::synchronized, 0);
+  EXPECT_TRUE(handles::destroyed.empty());
+  const int next = cache.get(&streams[Cache::max_handles]);
+  EXPECT_EQ(next, first + int(Cache::max_handles));
+  EXPECT_EQ(handles::synchronized, 1);
+  EXPECT_EQ(handles::destroyed, std::vector<int>{first + 1});
+  EXPECT_EQ(cache.size(), Cache::max_handles);
+  EXPECT_EQ(cache.get(&streams[0]), first);
+  EXPECT_EQ(cache.get(&streams[Cache::max_handles]), next);
+  handles::refuse = true;
+  try {
+    cache.get(&streams[Cache::max_handles + 1]);
+    ADD_FAILURE() << "no error";
+  } catch (const koptim::Error& e) {
+    EXPECT_EQ(std::string(e.what()), "koptim::linalg: createHandle failed (status 7)");
+  }
+  handles::refuse = false;
+  EXPECT_EQ(cache.size(), Cache::max_handles);
+  EXPECT_EQ(handles::synchronized, 1);
+  EXPECT_EQ(handles::destroyed.size(), 1u);
+  EXPECT_EQ(cache.get(&streams[2]), first + 2);  // kept through the failure
 }
 
 }  // namespace

@@ -1,12 +1,13 @@
 // koptim's calls into CUDA's libraries, where Kokkos runs on CUDA and Kokkos Kernels brings them
 // (its cuBLAS and cuSOLVER TPLs link libcublas and libcusolver into every consumer): cuBLAS's
 // batched GEMM for koptim_BatchedGemm.hpp, cuSOLVER's symmetric eigensolvers for the root path
-// (koptim_Eigensolver.hpp); answers that say "not here" elsewhere. koptim keeps one handle of each
-// library for the process, created at the first call and destroyed at Kokkos::finalize; a call
-// sets the handle's stream to the instance's and holds the handle's lock, so that threads with
-// instances of their own can share it.
+// (koptim_Eigensolver.hpp); answers that say "not here" elsewhere. koptim keeps a handle of each
+// library per CUDA stream it is called on (up to a few streams), created at the stream's first
+// call and destroyed at Kokkos::finalize; a call sets its handle's stream to the instance's and
+// holds the library's lock, so that threads with instances of their own can call at once.
 #include <koptim/linalg/koptim_BatchedGemm.hpp>
 #include <koptim/linalg/koptim_Eigensolver.hpp>
+#include "koptim_HandleCache.hpp"
 
 #include <climits>
 #include <map>
@@ -31,12 +32,12 @@ namespace Impl {
     (defined(KOKKOSKERNELS_ENABLE_TPL_CUBLAS) || defined(KOKKOSKERNELS_ENABLE_TPL_CUSOLVER))
 namespace {
 
-// The process's handle of one CUDA library and its lock.
+// The process's one object of a kind (cuSOLVER's syevj parameters) and its lock.
 template <class Handle, class Status>
 struct Library {
   std::mutex mutex;
   Handle handle = nullptr;
-  // Under mutex: the handle, created at the first call (create(&handle) must return ok), and
+  // Under mutex: the object, created at the first call (create(&handle) must return ok), and
   // destroyed at Kokkos::finalize.
   Handle get(Status (*create)(Handle*), Status (*destroy)(Handle), Status ok, const char* what) {
     if (handle == nullptr) {
@@ -56,14 +57,18 @@ struct Library {
   }
 };
 
+// Waits for every stream of the device: before a handle that is no longer kept is destroyed.
+void device_synchronize() { cudaDeviceSynchronize(); }
+
 }  // namespace
 #endif
 
 #if defined(KOKKOS_ENABLE_CUDA) && defined(KOKKOSKERNELS_ENABLE_TPL_CUBLAS)
 namespace {
 
-Library<cublasHandle_t, cublasStatus_t>& cublas() {
-  static Library<cublasHandle_t, cublasStatus_t> library;
+HandleCache<cudaStream_t, cublasHandle_t, cublasStatus_t>& cublas() {
+  static HandleCache<cudaStream_t, cublasHandle_t, cublasStatus_t> library(
+      cublasCreate, cublasDestroy, CUBLAS_STATUS_SUCCESS, "cublasCreate", device_synchronize);
   return library;
 }
 
@@ -78,7 +83,7 @@ bool cublas_batched(const ExecutionSpace& exec, const GemmShape& s, T alpha, con
       throw Error("koptim::linalg::gemm_batched: a batch of " + std::to_string(ops.count) +
                   " products, beyond cuBLAS's int");
     std::lock_guard<std::mutex> lock(cublas().mutex);
-    cublasHandle_t h      = cublas().get(cublasCreate, cublasDestroy, CUBLAS_STATUS_SUCCESS, "cublasCreate");
+    cublasHandle_t h      = cublas().get(exec.cuda_stream());
     cublasStatus_t status = cublasSetStream(h, exec.cuda_stream());
     // The three address arrays of the batch, in device memory.
     const T* const* a = reinterpret_cast<const T* const*>(ops.table + ops.first);
@@ -123,8 +128,9 @@ bool cublas_gemm_batched(const ExecutionSpace&, const GemmShape&, double, const 
 #if defined(KOKKOS_ENABLE_CUDA) && defined(KOKKOSKERNELS_ENABLE_TPL_CUSOLVER)
 namespace {
 
-Library<cusolverDnHandle_t, cusolverStatus_t>& cusolver() {
-  static Library<cusolverDnHandle_t, cusolverStatus_t> library;
+HandleCache<cudaStream_t, cusolverDnHandle_t, cusolverStatus_t>& cusolver() {
+  static HandleCache<cudaStream_t, cusolverDnHandle_t, cusolverStatus_t> library(
+      cusolverDnCreate, cusolverDnDestroy, CUSOLVER_STATUS_SUCCESS, "cusolverDnCreate", device_synchronize);
   return library;
 }
 
@@ -164,8 +170,7 @@ constexpr cublasFillMode_t lower    = CUBLAS_FILL_MODE_LOWER;
 template <class T>
 std::int64_t eigh_work(const ExecutionSpace& exec, int m, int n, T* a, T* w) {
   std::lock_guard<std::mutex> lock(cusolver().mutex);
-  cusolverDnHandle_t h =
-      cusolver().get(cusolverDnCreate, cusolverDnDestroy, CUSOLVER_STATUS_SUCCESS, "cusolverDnCreate");
+  cusolverDnHandle_t h = cusolver().get(exec.cuda_stream());
   check(cusolverDnSetStream(h, exec.cuda_stream()), "cusolverDnSetStream", n);
   const auto key  = std::make_tuple(std::is_same<T, double>::value, n <= syevj_batched_max_n ? m : 1, n);
   const auto seen = workspace_sizes().find(key);
@@ -193,8 +198,7 @@ void eigh(const ExecutionSpace& exec, int m, int n, T* a, T* w, int* info, T* wo
   if (lwork > INT_MAX) throw Error("koptim::linalg::cusolver_eigh: a workspace beyond cuSOLVER's int");
   const int lw = static_cast<int>(lwork);
   std::lock_guard<std::mutex> lock(cusolver().mutex);
-  cusolverDnHandle_t h =
-      cusolver().get(cusolverDnCreate, cusolverDnDestroy, CUSOLVER_STATUS_SUCCESS, "cusolverDnCreate");
+  cusolverDnHandle_t h = cusolver().get(exec.cuda_stream());
   check(cusolverDnSetStream(h, exec.cuda_stream()), "cusolverDnSetStream", n);
   if (n <= syevj_batched_max_n) {
     if constexpr (std::is_same<T, float>::value)

@@ -338,56 +338,61 @@ TEST(Gemm, ProductPlanDouble) {
 }
 
 // The per-stream handles of the CUDA libraries (linalg/koptim_HandleCache.hpp), with stand-ins for
-// a library's calls: one handle per stream, the same one at each call; beyond max_handles streams
-// the one used least recently gives way after a device synchronization; a failed creation throws
+// a library's calls that log what they do: one handle per stream, the same one at each call;
+// beyond max_handles streams the one used least recently is destroyed after a device
+// synchronization, and its stream gets a new handle when it comes back; a failed creation throws
 // and changes nothing.
 namespace handles {
-int created = 0, synchronized = 0;
-std::vector<int> destroyed;
+int created = 0;
 bool refuse = false;
+std::vector<std::string> log;
 int create(int* h) {
   if (refuse) return 7;
   *h = ++created;
   return 0;
 }
 int destroy(int h) {
-  destroyed.push_back(h);
+  log.push_back("destroy " + std::to_string(h));
   return 0;
 }
-void quiesce() { ++synchronized; }
+void quiesce() { log.push_back("synchronize"); }
 }  // namespace handles
 
 TEST(HandleCache, OneHandlePerStreamAndTheLeastRecentlyUsedGivesWay) {
   using Cache = koptim::linalg::Impl::HandleCache<const void*, int, int>;
-  static Cache cache(handles::create, handles::destroy, 0, "createHandle", handles::quiesce);
+  // Kept until Kokkos::finalize, whose hook destroys its handles (as the library's are).
+  auto& cache = *new Cache(handles::create, handles::destroy, 0, "createHandle", handles::quiesce);
+  handles::log.clear();
+  constexpr int kept = static_cast<int>(Cache::max_handles);
   std::array<char, 2 * Cache::max_handles> streams{};
   std::lock_guard<std::mutex> lock(cache.mutex);
   const int first = cache.get(&streams[0]);
   EXPECT_EQ(cache.get(&streams[0]), first);
-  for (std::size_t s = 1; s < Cache::max_handles; ++s) EXPECT_EQ(cache.get(&streams[s]), first + int(s));
+  for (int s = 1; s < kept; ++s) EXPECT_EQ(cache.get(&streams[s]), first + s);
   EXPECT_EQ(cache.size(), Cache::max_handles);
   EXPECT_EQ(cache.get(&streams[0]), first);  // stream 1's handle is now the one used least recently
-  EXPECT_EQ(handles::synchronized, 0);
-  EXPECT_TRUE(handles::destroyed.empty());
-  const int next = cache.get(&streams[Cache::max_handles]);
-  EXPECT_EQ(next, first + int(Cache::max_handles));
-  EXPECT_EQ(handles::synchronized, 1);
-  EXPECT_EQ(handles::destroyed, std::vector<int>{first + 1});
+  EXPECT_TRUE(handles::log.empty());
+  const int next = cache.get(&streams[kept]);
+  EXPECT_EQ(next, first + kept);
+  using Log = std::vector<std::string>;
+  EXPECT_EQ(handles::log, (Log{"synchronize", "destroy " + std::to_string(first + 1)}));
   EXPECT_EQ(cache.size(), Cache::max_handles);
   EXPECT_EQ(cache.get(&streams[0]), first);
-  EXPECT_EQ(cache.get(&streams[Cache::max_handles]), next);
+  EXPECT_EQ(cache.get(&streams[kept]), next);
+  // Stream 1 comes back: a new handle, in place of stream 2's (now the least recently used).
+  EXPECT_EQ(cache.get(&streams[1]), next + 1);
+  EXPECT_EQ(handles::log.back(), "destroy " + std::to_string(first + 2));
   handles::refuse = true;
   try {
-    cache.get(&streams[Cache::max_handles + 1]);
+    cache.get(&streams[kept + 1]);
     ADD_FAILURE() << "no error";
   } catch (const koptim::Error& e) {
     EXPECT_EQ(std::string(e.what()), "koptim::linalg: createHandle failed (status 7)");
   }
   handles::refuse = false;
   EXPECT_EQ(cache.size(), Cache::max_handles);
-  EXPECT_EQ(handles::synchronized, 1);
-  EXPECT_EQ(handles::destroyed.size(), 1u);
-  EXPECT_EQ(cache.get(&streams[2]), first + 2);  // kept through the failure
+  EXPECT_EQ(handles::log.size(), 4u);
+  EXPECT_EQ(cache.get(&streams[3]), first + 3);  // kept through the failure
 }
 
 }  // namespace

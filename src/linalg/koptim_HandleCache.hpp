@@ -6,8 +6,9 @@
 // max_handles streams used last keep theirs; a further stream's handle takes the place of the one
 // used least recently, which is destroyed after `quiesce` (a device synchronization: work of its
 // stream may still run), so a program that steps on more streams than that pays a
-// synchronization per change. All are destroyed at Kokkos::finalize. A template over the stream
-// and handle types so that the unit tests check it without CUDA.
+// synchronization per change (of the current device: a process whose streams are on several
+// devices is not covered). All are destroyed at Kokkos::finalize. A template over the stream and
+// handle types so that the unit tests check it without CUDA.
 #ifndef KOPTIM_LINALG_HANDLECACHE_HPP
 #define KOPTIM_LINALG_HANDLECACHE_HPP
 
@@ -68,6 +69,7 @@ class HandleCache {
         std::lock_guard<std::mutex> lock(mutex);
         for (const auto& k : kept_) destroy_(k.second);
         kept_.clear();
+        finalize_hook_ = false;  // a Kokkos initialized again (3.x allows it) pushes it again
       });
     }
     return h;

@@ -7,6 +7,7 @@
 // holds the library's lock, so that threads with instances of their own can call at once.
 #include <koptim/linalg/koptim_BatchedGemm.hpp>
 #include <koptim/linalg/koptim_Eigensolver.hpp>
+#include <koptim/linalg/koptim_Gemm.hpp>
 #include "koptim_HandleCache.hpp"
 
 #include <climits>
@@ -27,6 +28,11 @@
 namespace koptim {
 namespace linalg {
 namespace Impl {
+
+std::mutex& kokkos_kernels_gemm_mutex() {
+  static std::mutex m;
+  return m;
+}
 
 #if defined(KOKKOS_ENABLE_CUDA) && \
     (defined(KOKKOSKERNELS_ENABLE_TPL_CUBLAS) || defined(KOKKOSKERNELS_ENABLE_TPL_CUSOLVER))

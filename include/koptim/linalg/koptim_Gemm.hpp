@@ -15,7 +15,9 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <mutex>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace koptim {
@@ -35,6 +37,12 @@ struct ModeSplit {
 };
 
 namespace Impl {
+// Held around every koptim call of Kokkos Kernels' GEMM on CUDA. Kokkos Kernels' cuBLAS GEMM
+// goes through its one handle for the process, setting the handle's stream before the call and
+// back to the null stream after it, without a lock: two host threads stepping on instances of
+// their own would launch on each other's stream. (Defined in koptim_CudaLibraries.cpp.)
+std::mutex& kokkos_kernels_gemm_mutex();
+
 // Kokkos Kernels' GEMM, C <- alpha op(A) op(B) + beta C, on the instance space. Kokkos Kernels
 // takes the instance from 4.1 on; an older one runs GEMM on the default instance, after a fence
 // of space (the inputs ready) and before a fence of the default instance (the result ready for
@@ -43,6 +51,13 @@ template <class ExecSpace, class AView, class BView, class CView>
 void gemm(const ExecSpace& space, const char ta[], const char tb[], typename AView::const_value_type alpha,
           const AView& A, const BView& B, typename CView::const_value_type beta, const CView& C) {
 #if defined(KOKKOSKERNELS_VERSION) && KOKKOSKERNELS_VERSION >= 40100
+#if defined(KOKKOS_ENABLE_CUDA)
+  if constexpr (std::is_same<ExecSpace, Kokkos::Cuda>::value) {
+    std::lock_guard<std::mutex> lock(kokkos_kernels_gemm_mutex());
+    KokkosBlas::gemm(space, ta, tb, alpha, A, B, beta, C);
+    return;
+  }
+#endif
   KokkosBlas::gemm(space, ta, tb, alpha, A, B, beta, C);
 #else
   koptim::Impl::fence(space, "koptim::linalg::gemm: before the default instance's GEMM");

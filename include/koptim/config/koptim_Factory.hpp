@@ -9,12 +9,14 @@
 // keys, wrong types and out-of-range values are rejected with a ConfigError naming the key, the
 // value and what is allowed; nothing is built from a bad list.
 //
-// Host threads may call the functions here at once: each call returns objects of its own, and
-// koptim's calls into Teuchos' XML and YAML readers and its XML writer (whose tables are
-// process-wide) take one lock. A Teuchos::RCP itself is not thread safe in a Teuchos built
-// without thread safety (Debian's): a thread keeps the lists it receives to itself. Your own
-// calls into Teuchos' readers and writers from other threads at the same time are outside that
-// lock. (create() also builds the optimizer, which launches kernels on the default instance:
+// Host threads may call the functions here at once, each with lists of its own: each call
+// returns objects of its own, and koptim's calls into Teuchos' XML and YAML readers and its XML
+// writer (whose tables are process-wide) take one lock. Teuchos' objects are not thread safe in a
+// Teuchos built without thread safety (Debian's): a list passed to koptim must not be used by
+// another thread meanwhile (reading an entry marks it used, through a const reference too, and
+// copying a list copies reference-counted validators), and a thread keeps the lists it receives
+// to itself. Your own calls into Teuchos' readers, writers and list printing from other threads at
+// the same time are outside that lock. (create() also builds the optimizer, which launches kernels on the default instance:
 // whether several host threads may do that at once is the Kokkos backend's rule.)
 #ifndef KOPTIM_CONFIG_FACTORY_HPP
 #define KOPTIM_CONFIG_FACTORY_HPP

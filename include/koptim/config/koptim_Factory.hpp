@@ -16,8 +16,9 @@
 // another thread meanwhile (reading an entry marks it used, through a const reference too, and
 // copying a list copies reference-counted validators), and a thread keeps the lists it receives
 // to itself. Your own calls into Teuchos' readers, writers and list printing from other threads at
-// the same time are outside that lock. (create() also builds the optimizer, which launches kernels on the default instance:
-// whether several host threads may do that at once is the Kokkos backend's rule.)
+// the same time are outside that lock. (create() also builds the optimizer, which launches kernels
+// on the default instance: whether several host threads may do that at once is the Kokkos
+// backend's rule.)
 #ifndef KOPTIM_CONFIG_FACTORY_HPP
 #define KOPTIM_CONFIG_FACTORY_HPP
 

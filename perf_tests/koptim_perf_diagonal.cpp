@@ -51,7 +51,7 @@ void BM_KoptimStep(benchmark::State& state) {
   params.add("w", w, g);
   Teuchos::ParameterList l;
   l.set("optimizer", std::string(names[method]));
-  l.set("lr", 1e-3);
+  l.set("lr", method == adagrad ? 1e-2 : 1e-3);  // the plain loop's and the torch peers' values
   if (method == sgd) l.set("momentum", 0.9);
   l.set("nonfinite_gradient", std::string(checked ? "error" : "unchecked"));
   auto opt = koptim::create(params, l);

@@ -266,6 +266,12 @@ BENCHMARK(BM_ManyTensors)
     ->ArgNames({"method", "tensors"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
-BENCHMARK(BM_StateBytes)->Arg(0)->Arg(1)->ArgName("transformer")->Iterations(1)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_CodebookDP)->Arg(0)->Arg(1)->Arg(2)->ArgName("variant")->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_StateBytes)
+    ->Arg(0)
+    ->Arg(1)
+    ->ArgName("transformer")
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_CodebookDP)->Arg(0)->Arg(1)->Arg(2)->ArgName("variant")->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_TableLookup)->Arg(std::int64_t(1) << 24)->ArgName("n")->Unit(benchmark::kMillisecond)->UseRealTime();

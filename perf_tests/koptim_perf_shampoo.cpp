@@ -446,19 +446,25 @@ void BM_MlpTrainingStep(benchmark::State& state) {
   state.SetLabel(method == 0 ? "AdamW + forward/backward" : "Shampoo f=100 + forward/backward");
 }
 
-BENCHMARK(BM_SsyevdDirect)->Arg(64)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_SsyevdPlusReconstructDirect)->Arg(64)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_KoptimEighLapack)->Arg(64)->Arg(128)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_EigenbasisQr)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_KoptimInverseRootLapack)->Arg(64)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_LoopSsyevd_256x64)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_BatchedJacobi_256x64)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_NewtonRoots_256x64)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_SsyevdDirect)->Arg(64)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_SsyevdPlusReconstructDirect)->Arg(64)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_KoptimEighLapack)->Arg(64)->Arg(128)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_EigenbasisQr)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_KoptimInverseRootLapack)->Arg(64)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_LoopSsyevd_256x64)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_BatchedJacobi_256x64)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_NewtonRoots_256x64)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_BatchedRootsBySize)
     ->ArgsProduct({{0, 1}, {8, 16, 32, 64, 128, 256}})
     ->Iterations(3)
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_PreconditionProducts)->Args({0, 256})->Args({1, 256})->Args({2, 256})->Unit(benchmark::kMillisecond);
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_PreconditionProducts)
+    ->Args({0, 256})
+    ->Args({1, 256})
+    ->Args({2, 256})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 // Many small blocks: the transformer-shaped parameter set (layers of d_model 512, see
 // koptim_PerfModels.hpp) with max_preconditioner_dim 128, so that every matrix is cut into
 // 128 x 128 blocks (12 layers: 2304 of them, and 624 blocks of 128 of the vectors). variant 0:
@@ -550,10 +556,11 @@ BENCHMARK(BM_MlpStep)
     ->Args({0, 1024})
     ->Args({1, 1024})
     ->Iterations(3)
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_MlpStep)->Args({2, 1024})->Iterations(100)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_MlpStepBlasShare)->Iterations(20)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_MlpStep)->Args({0, 1024})->Iterations(100)->Unit(benchmark::kMillisecond);
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_MlpStep)->Args({2, 1024})->Iterations(100)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_MlpStepBlasShare)->Iterations(20)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_MlpStep)->Args({0, 1024})->Iterations(100)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_MlpTrainingStep)
     ->Args({0, 1024})
     ->Args({2, 1024})

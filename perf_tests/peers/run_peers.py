@@ -19,7 +19,9 @@ Developer-time only (torch from PyPI); koptim's build and tests never need it.
 
 --threads takes several counts (e.g. "1 2"): torch.set_num_threads(k) and OMP_NUM_THREADS=k for
 koptim, whose thread count is that of its Kokkos backend (a Serial Kokkos, as Debian's, runs one
-thread whatever k is: the JSON records the backend and its concurrency).
+thread whatever k is: the JSON records the backend and its concurrency). koptim's program runs
+with its OpenMP threads bound (OMP_PROC_BIND=spread, OMP_PLACES=threads, as Kokkos advises);
+torch runs in this process as a user runs it, its threads not bound.
 
 --device cuda compares on a GPU: torch's tensors on the GPU (times taken after
 torch.cuda.synchronize()), --koptim the perf program of a CUDA build of koptim (its Views in

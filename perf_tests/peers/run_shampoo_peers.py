@@ -6,7 +6,8 @@ The parameter set is koptim_perf_shampoo's transformer (koptim_PerfModels.hpp, T
 and 512 x 2048 with biases, two layer norms), 37.8M float32 parameters, gradients N(0, 0.01^2)
 fixed over the steps. Every optimizer preconditions in blocks of at most 128 (2304 blocks of
 128 x 128 and 624 of 128) where it can, recomputes its roots or eigenbases every 10 steps, runs
-10 steps of warm-up, then 20 timed steps (which hold two of those computations):
+10 steps of warm-up (heavyball 11: see RefreshCount), then 20 timed steps (which hold two of those
+computations, at steps 20 and 30):
 
   koptim Shampoo         BM_TransformerStep/0: RMSProp grafting, max_preconditioner_dim 128
   koptim SOAP-like       BM_TransformerStep/1: eigenvalue_corrected, betas (0.95, 0.95), exact eigenbases
@@ -74,22 +75,48 @@ def transformer(torch):
     return params
 
 
+class RefreshCount:
+    """Counts heavyball's preconditioner refreshes. heavyball decides them by adding
+    1 / precondition_frequency to a float at every step and refreshing when its integer part
+    changes: 0.1 added ten times is 0.9999999999999999, so its refreshes fall on steps 11, 20, 30,
+    40, 51, ..., not on multiples of 10 as koptim's and pytorch_optimizer's do. A warm-up of 10
+    steps would leave three refreshes (11, 20, 30) in its 20 timed steps against the others' two;
+    its warm-up is 11 steps (refreshes 20 and 30 timed), and the count is checked."""
+
+    def __init__(self, heavyball):
+        self.n = 0
+        self.utils = heavyball.utils
+        self.original = heavyball.utils.psgd_should_update
+
+        def counted(*args, **kwargs):
+            refresh = self.original(*args, **kwargs)
+            self.n += int(bool(refresh))
+            return refresh
+
+        heavyball.utils.psgd_should_update = counted
+
+    def close(self):
+        self.utils.psgd_should_update = self.original
+
+
 def peers(torch):
     import heavyball
     import pytorch_optimizer as po
     from pytorch_optimizer.optimizer.utils.graft import LayerWiseGrafting
+    # name: (constructor, warm-up steps, refresh counter or None)
     return {
-        "pytorch_optimizer.ScalableShampoo (block 128, RMSProp grafting)": lambda ps: po.ScalableShampoo(
+        "pytorch_optimizer.ScalableShampoo (block 128, RMSProp grafting)": (lambda ps: po.ScalableShampoo(
             ps, lr=1e-3, block_size=BLOCK, preconditioning_compute_steps=FREQ, start_preconditioning_step=FREQ,
-            graft_type=LayerWiseGrafting.RMSPROP, matrix_eps=1e-8),
-        "heavyball.SOAP (blocks of 128)": lambda ps: heavyball.SOAP(
+            graft_type=LayerWiseGrafting.RMSPROP, matrix_eps=1e-8), WARMUP, None),
+        "heavyball.SOAP (blocks of 128)": (lambda ps: heavyball.SOAP(
             ps, lr=1e-3, betas=(0.95, 0.95), max_precond_dim=BLOCK, split=True, precondition_frequency=FREQ),
-        "pytorch_optimizer.SOAP (max dim 128: dims above it unpreconditioned)": lambda ps: po.SOAP(
-            ps, lr=1e-3, precondition_frequency=FREQ, max_precondition_dim=BLOCK),
+            WARMUP + 1, lambda: RefreshCount(heavyball)),
+        "pytorch_optimizer.SOAP (max dim 128: dims above it unpreconditioned)": (lambda ps: po.SOAP(
+            ps, lr=1e-3, precondition_frequency=FREQ, max_precondition_dim=BLOCK), WARMUP, None),
     }
 
 
-def peer_round(torch, make):
+def peer_round(torch, make, warmup, counter):
     params = transformer(torch)
     grads = [p.grad for p in params]
     opt = make(params)
@@ -100,12 +127,22 @@ def peer_round(torch, make):
             p.grad = g
         opt.step()
 
-    for _ in range(WARMUP):
-        step()
-    start = time.perf_counter()
-    for _ in range(STEPS):
-        step()
-    return 1e3 * (time.perf_counter() - start) / STEPS
+    count = counter() if counter else None
+    try:
+        for _ in range(warmup):
+            step()
+        timed_from = count.n if count else 0
+        start = time.perf_counter()
+        for _ in range(STEPS):
+            step()
+        elapsed = time.perf_counter() - start
+        if count and count.n - timed_from != STEPS // FREQ:
+            raise RuntimeError("%d preconditioner refreshes in the %d timed steps, not %d" %
+                               (count.n - timed_from, STEPS, STEPS // FREQ))
+    finally:
+        if count:
+            count.close()
+    return 1e3 * elapsed / STEPS
 
 
 def main():
@@ -122,9 +159,9 @@ def main():
         rows, context = koptim_round(args.koptim, args.threads)
         for k, v in rows.items():
             times.setdefault(k, []).append(v)
-        for name, make in peers(torch).items():
+        for name, (make, warmup, counter) in peers(torch).items():
             try:
-                times.setdefault(name, []).append(peer_round(torch, make))
+                times.setdefault(name, []).append(peer_round(torch, make, warmup, counter))
             except Exception as e:  # a peer that fails is reported, not hidden
                 times.setdefault(name, []).append(None)
                 print("%s failed: %s" % (name, e), file=sys.stderr)

@@ -260,4 +260,47 @@ TEST(ShampooDistributed, AnErrorOnOneRankStopsEveryRank) {
   EXPECT_TRUE(after == fresh);
 }
 
+// num_trainers_per_group 1: every rank is a group of its own and computes every block. The last
+// rank alone is given a refused gradient (NaN, caught by the check of every step; 1e30, whose
+// factor overflows, caught by Shampoo's own bound): every rank, in every group, throws the same
+// NonFiniteError or skips the step, and nothing changes anywhere (agreed within each group only,
+// the other groups stepped on).
+TEST(ShampooDistributed, AGradientRefusedInOneGroupStopsEveryGroup) {
+  const bool last = world()->rank() == world()->size() - 1;
+  for (const double bad : {std::nan(""), 1e30}) {
+    for (const std::string policy : {"error", "skip_step"}) {
+      TestTensor<float> a({12, 10}, "a");
+      koptim::ParameterSet params;
+      a.add_to(params, "a");
+      Teuchos::ParameterList l;
+      l.set("optimizer", std::string("Shampoo"));
+      l.set("num_trainers_per_group", 1);
+      l.set("nonfinite_gradient", policy);
+      auto opt = koptim::create(params, l, world());
+      a.set(true, [&](std::int64_t) { return last ? bad : 1.0; });
+      const auto before = a.get();
+      const auto state  = opt->export_state();
+      const std::string where =
+          "rank " + std::to_string(world()->rank()) + ", gradient " + std::to_string(bad) + ", " + policy;
+      if (policy == "error") {
+        try {
+          opt->step();
+          ADD_FAILURE() << where << ": no error";
+        } catch (const koptim::NonFiniteError& e) {
+          EXPECT_NE(std::string(e.what()).find("'a'"), std::string::npos) << where << ": " << e.what();
+        }
+      } else {
+        ASSERT_NO_THROW(opt->step()) << where;
+        EXPECT_TRUE(opt->last_step_status().skipped) << where;
+        EXPECT_NE(opt->last_step_status().refused_parameter.find('a'), std::string::npos)
+            << where << ": " << opt->last_step_status().refused_parameter;
+      }
+      EXPECT_EQ(a.get(), before) << where;
+      auto after = opt->export_state();
+      if (policy == "skip_step") after.integers["skipped_steps"] = 0;
+      EXPECT_TRUE(after == state) << where;
+    }
+  }
+}
+
 }  // namespace

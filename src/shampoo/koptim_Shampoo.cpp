@@ -1743,15 +1743,18 @@ void Shampoo::update(const ExecutionSpace& exec, std::int64_t t, const std::vect
     std::string parameter;
     error = f32_->prepare(wds, check, parameter);
     if (error.empty()) error = f64_->prepare(wds, check, parameter);
-    if (group_comm_) {
+    if (comm_) {
       // Every rank has the same gradients but checks only its own blocks: the lowest rank that
       // refused one tells every rank its message and parameter (a name holds no NUL byte), so
-      // that every rank skips the step or throws the same NonFiniteError.
-      const auto first = group_comm_->first_error(error.empty() ? std::string() : parameter + '\0' + error);
+      // that every rank skips the step or throws the same NonFiniteError. Over the whole
+      // communicator, not the group: groups agreeing each on their own would part ways (one
+      // group skipping, or throwing, while the others step) if they were given different
+      // gradients.
+      const auto first = comm_->first_error(error.empty() ? std::string() : parameter + '\0' + error);
       if (first.first >= 0) {
         const std::size_t cut = first.second.find('\0');
         parameter             = first.second.substr(0, cut);
-        error = (group_comm_->size() > 1 ? "rank " + std::to_string(first.first) + ": " : std::string()) +
+        error                 = (comm_->size() > 1 ? "rank " + std::to_string(first.first) + ": " : std::string()) +
                 first.second.substr(cut + 1);
       }
     }
@@ -1764,9 +1767,9 @@ void Shampoo::update(const ExecutionSpace& exec, std::int64_t t, const std::vect
       throw NonFiniteError(error);
     }
   }
-  // An error on one rank (a failed allocation in the amortized computation) reaches every rank
-  // before the all-gather.
-  Impl::run_together(group_comm_.get(), [&] {
+  // An error on one rank (a failed allocation in the amortized computation) reaches every rank,
+  // in every group, before the all-gather.
+  Impl::run_together(comm_.get(), [&] {
     {
       Impl::ScopedRegion r("koptim::Shampoo::accumulate");
       f32_->accumulate(t);

@@ -178,8 +178,6 @@ class Shampoo : public Optimizer {
   std::shared_ptr<comm::Communicator> communicator() const override { return comm_; }
 
  protected:
-  // A step communicates within its group of num_trainers_per_group ranks.
-  const comm::Communicator* step_communicator() const override { return group_comm_.get(); }
   void update(const ExecutionSpace& exec, std::int64_t t, const std::vector<double>& lrs) override;
   void export_tensors(OptimizerState& state) const override;
   StateKeys check_entries(const OptimizerState& state) const override;

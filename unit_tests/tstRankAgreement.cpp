@@ -141,6 +141,11 @@ TEST(RankAgreement, AGradientRefusedOnOneRankSkipsOrFailsEveryRank) {
     e.gradients(1, odd_one_out());
     expect_error<koptim::NonFiniteError>([&] { strict->step(); }, {"gradient of parameter 'b'", "non-finite"});
     EXPECT_EQ(strict->step_count(), 0);
+    // Every rank names the refused parameter, as under skip_step.
+    if (odd_one_out())
+      EXPECT_EQ(strict->last_step_status().refused_parameter, "b");
+    else
+      EXPECT_EQ(strict->last_step_status().refused_parameter, "rank " + std::to_string(world()->size() - 1) + ": b");
     e.gradients(2);
     strict->step();
     EXPECT_EQ(strict->step_count(), 1);

@@ -260,20 +260,23 @@ bool Optimizer::checked_on_every_rank(const ExecutionSpace& exec) {
     return check_gradients(exec);
   // "" fine, "s<name>" skip, "n<message>" NonFiniteError, "x<message>" any other error (the
   // check's first allocation, a Kokkos error).
+  // A refusal carries the parameter's name, then a NUL (no name holds one), then the message.
   std::string local;
   try {
-    if (!check_gradients(exec)) local = "s" + status_.refused_parameter;
+    if (!check_gradients(exec)) local = "s" + status_.refused_parameter + '\0';
   } catch (const NonFiniteError& e) {
-    local = std::string("n") + e.what();
+    local = "n" + status_.refused_parameter + '\0' + e.what();
   } catch (const std::exception& e) {
     local = std::string("x") + e.what();
   }
   const auto first = comm->first_error(local);
   if (first.first < 0) return true;
-  const std::string text = "rank " + std::to_string(first.first) + ": " + first.second.substr(1);
-  if (first.second[0] == 'n') throw NonFiniteError(text);
-  if (first.second[0] == 'x') throw Error(text);
-  if (local.empty()) status_.refused_parameter = text;
+  const std::string rank = "rank " + std::to_string(first.first) + ": ";
+  if (first.second[0] == 'x') throw Error(rank + first.second.substr(1));
+  const std::size_t cut = first.second.find('\0');
+  // The rank whose gradients passed names the refused parameter as "rank R: <name>".
+  if (local.empty()) status_.refused_parameter = rank + first.second.substr(1, cut - 1);
+  if (first.second[0] == 'n') throw NonFiniteError(rank + first.second.substr(cut + 1));
   return false;
 }
 

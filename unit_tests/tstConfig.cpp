@@ -689,13 +689,8 @@ TEST(Config, DocumentationExamplesAreValidLists) {
   EXPECT_GE(examples, 3);  // docs/parameters.md's YAML and XML, docs/gefen.md's YAML
 }
 
-// Host threads may read, check and print parameter lists at once, each thread with lists of its
-// own. Nothing koptim keeps is shared between calls: valid_parameters builds a list of its own at every call (a cached
-// list would share its reference counts between the threads, and Debian's Teuchos does not make them atomic), and
-// Teuchos' XML and YAML readers, whose converter and grammar tables are process-wide, run one call at a time. The tsan
-// preset finds a race here as a failure; in the other builds each thread's results are compared with one thread's. A
-// list's keys and values, written without Teuchos' printing of lists (its output stream keeps process-wide state of its
-// own, outside koptim's lock).
+// A list's keys and values, written without Teuchos' printing of lists (its output stream keeps
+// process-wide state of its own, outside koptim's lock).
 void flat(std::ostream& out, const Teuchos::ParameterList& l, const std::string& prefix = "") {
   for (auto it = l.begin(); it != l.end(); ++it) {
     if (l.entry(it).isList())
@@ -705,6 +700,12 @@ void flat(std::ostream& out, const Teuchos::ParameterList& l, const std::string&
   }
 }
 
+// Host threads may read, check and print parameter lists at once, each thread with lists of its
+// own. Nothing koptim keeps is shared between calls: valid_parameters builds a list of its own at
+// every call (a cached list would share its reference counts between the threads, and Debian's
+// Teuchos does not make them atomic), and Teuchos' XML and YAML readers, whose converter and
+// grammar tables are process-wide, run one call at a time. The tsan preset finds a race here as a
+// failure; in the other builds each thread's results are compared with one thread's.
 TEST(Config, HostThreadsMayReadCheckAndPrintListsAtOnce) {
   EXPECT_NE(koptim::valid_parameters("AdamW").get(), koptim::valid_parameters("AdamW").get());
   const std::string yaml =

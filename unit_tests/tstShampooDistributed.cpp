@@ -263,8 +263,8 @@ TEST(ShampooDistributed, AnErrorOnOneRankStopsEveryRank) {
 // num_trainers_per_group 1: every rank is a group of its own and computes every block. The last
 // rank alone is given a refused gradient (NaN, caught by the check of every step; 1e30, whose
 // factor overflows, caught by Shampoo's own bound): every rank, in every group, throws the same
-// NonFiniteError or skips the step, and nothing changes anywhere (agreed within each group only,
-// the other groups stepped on).
+// NonFiniteError or skips the step, and nothing changes anywhere (when the groups agreed each on
+// their own, the other groups stepped on).
 TEST(ShampooDistributed, AGradientRefusedInOneGroupStopsEveryGroup) {
   const bool last = world()->rank() == world()->size() - 1;
   for (const double bad : {std::nan(""), 1e30}) {

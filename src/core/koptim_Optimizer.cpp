@@ -258,9 +258,9 @@ bool Optimizer::checked_on_every_rank(const ExecutionSpace& exec) {
   const comm::Communicator* comm = step_communicator();
   if (!comm || comm->size() == 1 || common_.nonfinite_gradient == NonFiniteGradient::unchecked)
     return check_gradients(exec);
-  // "" fine, "s<name>" skip, "n<message>" NonFiniteError, "x<message>" any other error (the
-  // check's first allocation, a Kokkos error).
-  // A refusal carries the parameter's name, then a NUL (no name holds one), then the message.
+  // "" fine, "s<name>\0" skip, "n<name>\0<message>" NonFiniteError (a refusal carries the
+  // parameter's name, which holds no NUL), "x<message>" any other error (the check's first
+  // allocation, a Kokkos error).
   std::string local;
   try {
     if (!check_gradients(exec)) local = "s" + status_.refused_parameter + '\0';

@@ -101,6 +101,38 @@ void check_all_gather(MPI_Comm user) {
   }
 }
 
+// Blocks of different sizes against plain MPI_Allgatherv: rank r sends scale * (3 r + 1) % 7
+// elements (some ranks none), out of place and in place.
+template <class T>
+void check_all_gather_blocks(MPI_Comm user) {
+  auto comm      = Communicator::create(user);
+  const int size = comm->size(), rank = comm->rank();
+  for (std::size_t scale : {std::size_t(0), std::size_t(1), std::size_t(111)}) {
+    std::vector<std::size_t> counts(size), first(size, 0);
+    std::vector<int> icounts(size), idispls(size);
+    for (int r = 0; r < size; ++r) {
+      counts[r]  = scale * static_cast<std::size_t>((3 * r + 1) % 7);
+      first[r]   = r == 0 ? 0 : first[r - 1] + counts[r - 1];
+      icounts[r] = static_cast<int>(counts[r]), idispls[r] = static_cast<int>(first[r]);
+    }
+    const std::size_t n = counts[rank], total = first.back() + counts.back();
+    std::vector<T> mine(n);
+    for (std::size_t i = 0; i < n; ++i) mine[i] = static_cast<T>(1000 * world_rank() + i);
+    std::vector<T> expected(total);
+    MPI_Allgatherv(mine.data(), static_cast<int>(n), mpi_type<T>(), expected.data(), icounts.data(), idispls.data(),
+                   mpi_type<T>(), user);
+    auto send = make_view(mine, "send");
+    Kokkos::View<T*, MemorySpace> recv("recv", total);
+    comm->all_gather(send, recv, counts);
+    EXPECT_EQ(to_vector(recv), expected) << "scale " << scale;
+    Kokkos::View<T*, MemorySpace> recv2("recv2", total);
+    auto block = Kokkos::subview(recv2, std::make_pair(first[rank], first[rank] + n));
+    Kokkos::deep_copy(block, send);
+    comm->all_gather(block, recv2, counts);
+    EXPECT_EQ(to_vector(recv2), expected) << "in place, scale " << scale;
+  }
+}
+
 // Every rank caught an exception of type E; its message is returned (empty if nothing thrown).
 template <class E, class F>
 std::string message_of(F&& f) {
@@ -167,6 +199,15 @@ TEST(Communicator, AllGatherSubCommunicator) {
   MPI_Comm_free(&sub);
 }
 
+TEST(Communicator, AllGatherOfUnequalBlocks) {
+  check_all_gather_blocks<float>(MPI_COMM_WORLD);
+  check_all_gather_blocks<double>(MPI_COMM_WORLD);
+  check_all_gather_blocks<std::uint16_t>(MPI_COMM_WORLD);
+  MPI_Comm sub = split_even_odd();
+  check_all_gather_blocks<float>(sub);
+  MPI_Comm_free(&sub);
+}
+
 // MPI's counts are int: with the limit lowered to 100 elements, the same reductions (n up to
 // 100003) and gathers (n = 777 per rank) go in pieces, the gathers as each rank's broadcast of its
 // block, and give the same results.
@@ -181,8 +222,12 @@ TEST(Communicator, CountsBeyondMpisLimitGoInPieces) {
   check_all_gather<float>(MPI_COMM_WORLD);
   check_all_gather<double>(MPI_COMM_WORLD);
   check_all_gather<std::uint16_t>(MPI_COMM_WORLD);
+  // Unequal blocks beyond the limit in total (up to 111 * 6 per rank) go as broadcasts too.
+  check_all_gather_blocks<float>(MPI_COMM_WORLD);
+  check_all_gather_blocks<std::uint16_t>(MPI_COMM_WORLD);
   MPI_Comm sub = split_even_odd();
   check_all_gather<float>(sub);
+  check_all_gather_blocks<double>(sub);
   MPI_Comm_free(&sub);
 }
 
@@ -214,6 +259,59 @@ TEST(Communicator, MismatchedAllGatherCountsFailOnEveryRank) {
   }
   EXPECT_TRUE(comm->same_on_all_ranks(msg));
   // The communicator still works afterwards: nothing was left half-sent.
+  EXPECT_EQ(comm->sum(1), size);
+}
+
+// Unequal blocks: counts that differ between ranks, a wrong number of counts, a send or a recv of
+// the wrong size on one rank, an overlap: ShapeError on every rank, the same message.
+TEST(Communicator, BadBlockCountsFailOnEveryRank) {
+  auto comm      = Communicator::create(MPI_COMM_WORLD);
+  const int size = comm->size(), rank = comm->rank(), bad = size - 1;
+  std::vector<std::size_t> counts(size);
+  for (int r = 0; r < size; ++r) counts[r] = static_cast<std::size_t>(r + 2);
+  const std::size_t total = static_cast<std::size_t>(size * (size + 3) / 2);
+  Kokkos::View<float*, MemorySpace> send("send", counts[rank]), recv("recv", total);
+  auto check = [&](const std::string& msg, const std::string& want) {
+    EXPECT_EQ(msg, want);
+    EXPECT_TRUE(comm->same_on_all_ranks(msg));
+  };
+  // The last rank's counts differ in one entry (at one rank nothing differs; its send is then the
+  // wrong size).
+  std::vector<std::size_t> other = counts;
+  if (rank == bad) other[0] += 1;
+  const std::string differ = message_of<koptim::ShapeError>([&] { comm->all_gather(send, recv, other); });
+  if (size > 1) {
+    check(differ,
+          "koptim::comm::Communicator::all_gather: the ranks pass different counts; every rank must pass the same "
+          "counts, one per rank (rank r's block size)");
+  } else {
+    check(differ,
+          "koptim: rank 0: koptim::comm::Communicator::all_gather: send (View 'send') has 2 elements; it "
+          "needs counts[rank()] = counts[0] = 3");
+  }
+  // One count too many, on every rank.
+  std::vector<std::size_t> longer = counts;
+  longer.push_back(1);
+  check(message_of<koptim::ShapeError>([&] { comm->all_gather(send, recv, longer); }),
+        "koptim: rank 0: koptim::comm::Communicator::all_gather: counts has " + std::to_string(size + 1) +
+            " entries; it needs one per rank, size() = " + std::to_string(size));
+  // The last rank's send one element short.
+  Kokkos::View<float*, MemorySpace> short_send("short", counts[rank] - (rank == bad ? 1 : 0));
+  check(message_of<koptim::ShapeError>([&] { comm->all_gather(short_send, recv, counts); }),
+        "koptim: rank " + std::to_string(bad) + ": koptim::comm::Communicator::all_gather: send (View 'short') has " +
+            std::to_string(counts[bad] - 1) + " elements; it needs counts[rank()] = counts[" + std::to_string(bad) +
+            "] = " + std::to_string(counts[bad]));
+  // send inside recv but not at this rank's block.
+  Kokkos::View<float*, MemorySpace> wide("wide", total + 1);
+  std::size_t first = 0;
+  for (int r = 0; r < rank; ++r) first += counts[r];
+  auto shifted              = Kokkos::subview(wide, std::make_pair(first + 1, first + 1 + counts[rank]));
+  auto dst                  = Kokkos::subview(wide, std::make_pair(std::size_t(0), total));
+  const std::string overlap = message_of<koptim::ShapeError>([&] { comm->all_gather(shifted, dst, counts); });
+  EXPECT_NE(overlap.find("send overlaps recv but is not rank()'s block of it"), std::string::npos) << overlap;
+  EXPECT_EQ(overlap.rfind("koptim: rank 0: ", 0), 0u) << overlap;
+  // The communicator still works afterwards.
+  comm->all_gather(send, recv, counts);
   EXPECT_EQ(comm->sum(1), size);
 }
 

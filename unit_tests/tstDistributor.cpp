@@ -1,7 +1,7 @@
 // The distributor that the sharded element-wise optimizers, Gefen and Shampoo share: the plan
-// (each rank's pieces in order in its segment, segments of the largest rank's size), the in-place
-// all-gather in the values' precision and in bfloat16, the sharing of parts of parameters, and
-// the agreement on errors. Run at 1-4 ranks.
+// (each rank's pieces in order in its segment, segments of each rank's own size, one after
+// another), the in-place all-gather of unequal segments in the values' precision and in
+// bfloat16, the sharing of parts of parameters, and the agreement on errors. Run at 1-4 ranks.
 #include "comm/koptim_Distributor.hpp"
 #include "koptim_TestMpi.hpp"
 #include "koptim_TestTensor.hpp"
@@ -39,13 +39,36 @@ TEST(Distributor, EachRanksPiecesLieInOrderInItsSegment) {
     std::vector<std::int64_t> fill(ranks, 0);
     for (std::size_t p = 0; p < plan.sizes.size(); ++p) {
       const int r = plan.owners[p];
-      EXPECT_EQ(d.position(p), r * d.segment_size() + fill[r]) << "piece " << p << " at " << ranks << " ranks";
+      EXPECT_EQ(d.position(p), d.segment_start(r) + fill[r]) << "piece " << p << " at " << ranks << " ranks";
       EXPECT_EQ(d.piece(p).extent(0), static_cast<std::size_t>(plan.sizes[p]));
       fill[r] += plan.sizes[p];
     }
-    EXPECT_EQ(d.segment_size(), *std::max_element(fill.begin(), fill.end()));
-    EXPECT_EQ(d.gathered().extent(0), static_cast<std::size_t>(d.segment_size() * ranks));
-    EXPECT_EQ(d.exchange_bytes(), static_cast<std::size_t>(d.segment_size() * ranks) * sizeof(float));
+    // Segments of each rank's own total, one after another, nothing between them.
+    std::int64_t start = 0;
+    for (int r = 0; r < ranks; ++r) {
+      EXPECT_EQ(d.segment_start(r), start) << "rank " << r << " at " << ranks << " ranks";
+      EXPECT_EQ(d.segment_size(r), fill[r]) << "rank " << r << " at " << ranks << " ranks";
+      start += fill[r];
+    }
+    EXPECT_EQ(start, 28);
+    EXPECT_EQ(d.gathered().extent(0), 28u);
+    EXPECT_EQ(d.exchange_bytes(), 28 * sizeof(float));
+  }
+}
+
+// One piece far larger than the others (Gefen's whole tensors): the buffer and the bytes gathered
+// are the pieces' total, not the number of ranks times the largest rank's share.
+TEST(Distributor, OneLargePieceCostsItsOwnSizeOnly) {
+  const std::vector<std::int64_t> sizes{65536, 100, 200, 300, 400, 500, 600, 700};
+  for (int ranks : {2, 4, 8}) {
+    std::vector<double> costs(sizes.begin(), sizes.end());
+    const auto owners = koptim::Impl::assign_blocks(costs, ranks);
+    for (int me = 0; me < ranks; ++me) {
+      Distributor<float> d("test", sizes, owners, me, ranks, koptim::Impl::Wire::bfloat16);
+      EXPECT_EQ(d.gathered().extent(0), 68336u) << ranks << " ranks";
+      EXPECT_EQ(d.exchange_bytes(), 68336u * 2) << ranks << " ranks";
+      EXPECT_EQ(d.buffer_bytes(), 68336u * (4 + 2)) << ranks << " ranks";
+    }
   }
 }
 
@@ -75,13 +98,11 @@ void exchange_and_check(koptim::Impl::Wire wire, const koptim::comm::Communicato
       ASSERT_EQ(h(e), want) << "piece " << p << " element " << e << " on rank " << me;
     }
   }
-  // The padding of the shorter segments stays zero.
-  auto all = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), d.gathered());
-  std::vector<bool> used(all.extent(0), false);
+  // The pieces cover the gathered buffer exactly once: no padding travels.
+  std::vector<int> used(d.gathered().extent(0), 0);
   for (std::size_t p = 0; p < d.num_pieces(); ++p)
-    for (std::int64_t e = 0; e < plan.sizes[p]; ++e) used[d.position(p) + e] = true;
-  for (std::size_t i = 0; i < used.size(); ++i)
-    if (!used[i]) EXPECT_EQ(all(i), T(0)) << "padding element " << i;
+    for (std::int64_t e = 0; e < plan.sizes[p]; ++e) ++used[d.position(p) + e];
+  for (std::size_t i = 0; i < used.size(); ++i) EXPECT_EQ(used[i], 1) << "element " << i;
 }
 
 TEST(Distributor, ExchangeGivesEveryRankEveryPiece) {
@@ -97,7 +118,7 @@ TEST(Distributor, Bfloat16WireRoundsEveryValueOnEveryRankCount) {
   // Half the bytes on the wire.
   Plan plan(world()->size());
   Distributor<float> d("test", plan.sizes, plan.owners, world()->rank(), world()->size(), koptim::Impl::Wire::bfloat16);
-  EXPECT_EQ(d.exchange_bytes(), static_cast<std::size_t>(d.segment_size() * world()->size()) * 2);
+  EXPECT_EQ(d.exchange_bytes(), 28u * 2);
 }
 
 // Parts of parameters (a slice of one, a whole other) updated by their owners reach every rank.

@@ -111,3 +111,31 @@ TEST(NcclCommunicator, AllGatherMatchesMpi) {
   comm->all_gather(hsend.view(), hrecv.view());
   EXPECT_EQ(hrecv.get(), half_expected);
 }
+
+// Blocks of different sizes (one rank's empty at 2 ranks and more): grouped broadcasts against
+// MPI_Allgatherv, out of place and in place.
+TEST(NcclCommunicator, AllGatherOfUnequalBlocksMatchesMpi) {
+  KOPTIM_SKIP_WITHOUT_GPU();
+  auto comm   = make_nccl();
+  const int p = comm->size();
+  std::vector<std::size_t> counts(p), first(p, 0);
+  std::vector<int> icounts(p), idispls(p);
+  for (int r = 0; r < p; ++r) {
+    counts[r]  = static_cast<std::size_t>(r == 1 ? 0 : 300 * (r + 1) + 7);
+    first[r]   = r == 0 ? 0 : first[r - 1] + counts[r - 1];
+    icounts[r] = static_cast<int>(counts[r]), idispls[r] = static_cast<int>(first[r]);
+  }
+  const std::size_t n = counts[comm->rank()], total = first.back() + counts.back();
+  std::vector<float> mine(n), expected(total), zeros(total, 0.0f);
+  for (std::size_t i = 0; i < n; ++i) mine[i] = 1000.0f * comm->rank() + static_cast<float>(i);
+  MPI_Allgatherv(mine.data(), static_cast<int>(n), MPI_FLOAT, expected.data(), icounts.data(), idispls.data(),
+                 MPI_FLOAT, MPI_COMM_WORLD);
+  DeviceBuffer<float> send(mine), recv(zeros);
+  comm->all_gather(send.view(), recv.view(), counts);
+  EXPECT_EQ(recv.get(), expected);
+  DeviceBuffer<float> inplace(zeros);
+  cudaMemcpy(inplace.ptr + first[comm->rank()], mine.data(), sizeof(float) * n, cudaMemcpyHostToDevice);
+  const auto all = inplace.view();
+  comm->all_gather(Kokkos::subview(all, std::make_pair(first[comm->rank()], first[comm->rank()] + n)), all, counts);
+  EXPECT_EQ(inplace.get(), expected);
+}

@@ -159,6 +159,49 @@ class MpiCommunicator final : public koptim::Impl::TypedCommunicator<MpiCommunic
       Impl::fence(exec, "koptim::comm::Communicator::all_gather: result copied back");
     }
   }
+
+  // The in-place all-gather of blocks of counts[r] elements, rank r's at first[r]. MPI counts and
+  // displacements are int: beyond them, each rank's broadcast of its own block in pieces (of 2^30
+  // elements), in rank order.
+  template <class T>
+  void gather_in_place(T* recv, const std::vector<std::size_t>& counts, const std::vector<std::size_t>& first) const {
+    const std::size_t total = first.back() + counts.back();
+    if (total <= Impl::mpi_count_limit()) {
+      std::vector<int> c(counts.begin(), counts.end()), d(first.begin(), first.end());
+      check_mpi(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, c.data(), d.data(), mpi_type<T>(), mpi_comm()),
+                "MPI_Allgatherv");
+      return;
+    }
+    const std::size_t piece = std::min<std::size_t>(std::size_t(1) << 30, Impl::mpi_count_limit());
+    for (int r = 0; r < size(); ++r)
+      for (std::size_t off = 0; off < counts[r]; off += piece) {
+        const int c = static_cast<int>(std::min(piece, counts[r] - off));
+        check_mpi(MPI_Bcast(recv + first[r] + off, c, mpi_type<T>(), r, mpi_comm()), "MPI_Bcast");
+      }
+  }
+
+  // Arguments checked and agreed, a positive sum of counts (TypedCommunicator::checked_gather).
+  template <class T>
+  void gather(const ExecutionSpace& exec, const Kokkos::View<const T*, MemorySpace>& send,
+              const Kokkos::View<T*, MemorySpace>& recv, const std::vector<std::size_t>& counts) const {
+    std::vector<std::size_t> first(counts.size(), 0);
+    for (std::size_t r = 1; r < counts.size(); ++r) first[r] = first[r - 1] + counts[r - 1];
+    const std::size_t me = static_cast<std::size_t>(rank()), total = first.back() + counts.back();
+    const auto mine     = std::make_pair(first[me], first[me] + counts[me]);
+    const bool in_place = send.data() == recv.data() + first[me];
+    if (direct()) {
+      if (!in_place) Kokkos::deep_copy(exec, Kokkos::subview(recv, mine), send);
+      Impl::fence(exec, "koptim::comm::Communicator::all_gather: send ready for MPI");
+      gather_in_place(recv.data(), counts, first);
+    } else {
+      const auto host_recv = staging<T>(total);
+      Kokkos::deep_copy(exec, Kokkos::subview(host_recv, mine), send);
+      Impl::fence(exec, "koptim::comm::Communicator::all_gather: send staged for MPI");
+      gather_in_place(host_recv.data(), counts, first);
+      Kokkos::deep_copy(exec, recv, host_recv);
+      Impl::fence(exec, "koptim::comm::Communicator::all_gather: result copied back");
+    }
+  }
 };
 
 }  // namespace
@@ -315,19 +358,54 @@ void Communicator::agree_on_exception(std::exception_ptr local) const {
   }
 }
 
+namespace {
+
+// One collective on the good path: the maximum of (a failure flag, value, -value), giving the
+// smallest and the largest value over the ranks and whether any rank failed.
+struct Agreed {
+  long long lo, hi;
+  bool failed;
+};
+Agreed agree_on_value(MPI_Comm comm, long long value, const std::string& local_error) {
+  long long v[3] = {local_error.empty() ? 0 : 1, value, -value}, r[3] = {0, 0, 0};
+  check_mpi(MPI_Allreduce(v, r, 3, MPI_LONG_LONG, MPI_MAX, comm), "MPI_Allreduce");
+  return {-r[2], r[1], r[0] != 0};
+}
+
+}  // namespace
+
 void Communicator::agree_on_arguments(const char* what, long long count, const std::string& local_error) const {
-  // One collective on the good path: the maximum of (a failure flag, count, -count).
-  long long v[3] = {local_error.empty() ? 0 : 1, count, -count}, r[3] = {0, 0, 0};
-  check_mpi(MPI_Allreduce(v, r, 3, MPI_LONG_LONG, MPI_MAX, mpi_comm()), "MPI_Allreduce");
-  if (r[1] != -r[2]) {
+  const Agreed a = agree_on_value(mpi_comm(), count, local_error);
+  if (a.lo != a.hi) {
     std::ostringstream s;
-    s << "koptim::comm::Communicator::" << what << ": the ranks pass different element counts (from " << -r[2] << " to "
-      << r[1] << "); every rank must pass the same count";
+    s << "koptim::comm::Communicator::" << what << ": the ranks pass different element counts (from " << a.lo << " to "
+      << a.hi << "); every rank must pass the same count";
     throw ShapeError(s.str());
   }
-  if (r[0] != 0) {
-    const auto failed = lowest_failing(mpi_comm(), rank(), size(), local_error);
-    throw ShapeError("koptim: rank " + std::to_string(failed.first) + ": " + failed.second);
+  if (a.failed) {
+    const auto first = lowest_failing(mpi_comm(), rank(), size(), local_error);
+    throw ShapeError("koptim: rank " + std::to_string(first.first) + ": " + first.second);
+  }
+}
+
+void Communicator::agree_on_arguments(const char* what, const std::vector<std::size_t>& counts,
+                                      const std::string& local_error) const {
+  // FNV-1a over the number of counts and each count, kept to 62 bits so that its negation fits.
+  std::uint64_t h = 14695981039346656037ull;
+  auto mix        = [&h](std::uint64_t x) {
+    for (int b = 0; b < 8; ++b) h = (h ^ ((x >> (8 * b)) & 0xff)) * 1099511628211ull;
+  };
+  mix(counts.size());
+  for (std::size_t c : counts) mix(c);
+  const Agreed a = agree_on_value(mpi_comm(), static_cast<long long>(h >> 2), local_error);
+  if (a.lo != a.hi) {
+    throw ShapeError(std::string("koptim::comm::Communicator::") + what +
+                     ": the ranks pass different counts; every rank must pass the same counts, one per rank "
+                     "(rank r's block size)");
+  }
+  if (a.failed) {
+    const auto first = lowest_failing(mpi_comm(), rank(), size(), local_error);
+    throw ShapeError("koptim: rank " + std::to_string(first.first) + ": " + first.second);
   }
 }
 

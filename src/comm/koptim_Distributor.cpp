@@ -35,38 +35,45 @@ Distributor<T>::Distributor(const std::string& label, const std::vector<std::int
                 std::to_string(num_ranks) + ", " + std::to_string(sizes.size()) + " sizes and " +
                 std::to_string(owners.size()) + " owners (internal error)");
   }
-  std::vector<std::int64_t> fill(static_cast<std::size_t>(num_ranks), 0);
+  counts_.assign(static_cast<std::size_t>(num_ranks), 0);
   for (std::size_t p = 0; p < sizes.size(); ++p) {
     if (owners[p] < 0 || owners[p] >= num_ranks || sizes[p] < 0)
       throw Error("koptim::Impl::Distributor '" + label + "': piece " + std::to_string(p) + " (internal error)");
-    positions_[p] = fill[static_cast<std::size_t>(owners[p])];
-    fill[static_cast<std::size_t>(owners[p])] += sizes[p];
+    positions_[p] = static_cast<std::int64_t>(counts_[static_cast<std::size_t>(owners[p])]);
+    counts_[static_cast<std::size_t>(owners[p])] += static_cast<std::size_t>(sizes[p]);
   }
-  segment_ = *std::max_element(fill.begin(), fill.end());
-  for (std::size_t p = 0; p < sizes.size(); ++p) positions_[p] += static_cast<std::int64_t>(owners[p]) * segment_;
-  // Zero-filled: the padding of a short segment travels too and must not be uninitialised.
-  gathered_ = Buffer(label + " (gathered)", static_cast<std::size_t>(segment_) * static_cast<std::size_t>(num_ranks));
+  // Rank r's block follows those of ranks 0 .. r-1, with no padding.
+  starts_.assign(static_cast<std::size_t>(num_ranks), 0);
+  for (std::size_t r = 1; r < starts_.size(); ++r) starts_[r] = starts_[r - 1] + counts_[r - 1];
+  for (std::size_t p = 0; p < sizes.size(); ++p)
+    positions_[p] += static_cast<std::int64_t>(starts_[static_cast<std::size_t>(owners[p])]);
+  const std::size_t total = starts_.back() + counts_.back();
+  gathered_               = Buffer(label + " (gathered)", total);
   if (wire == Wire::bfloat16) {
-    wire_buffer_ = Kokkos::View<std::uint16_t*, MemorySpace>(label + " (gathered, bfloat16)", gathered_.extent(0));
+    wire_buffer_ = Kokkos::View<std::uint16_t*, MemorySpace>(label + " (gathered, bfloat16)", total);
   }
 }
 
 template <class T>
 void Distributor<T>::exchange(const ExecutionSpace& exec, const comm::Communicator* comm) const {
-  if (segment_ == 0) return;
-  const bool many = comm != nullptr && num_ranks_ > 1;
-  const auto mine = std::make_pair(static_cast<std::int64_t>(rank_) * segment_, (rank_ + 1) * segment_);
+  if (gathered_.extent(0) == 0) return;
+  const bool many      = comm != nullptr && num_ranks_ > 1;
+  const std::size_t me = static_cast<std::size_t>(rank_);
+  const auto mine      = std::make_pair(starts_[me], starts_[me] + counts_[me]);
   if (wire_ == Wire::native) {
-    if (many) comm->all_gather(exec, Kokkos::View<const T*, MemorySpace>(Kokkos::subview(gathered_, mine)), gathered_);
+    if (many)
+      comm->all_gather(exec, Kokkos::View<const T*, MemorySpace>(Kokkos::subview(gathered_, mine)), gathered_, counts_);
     return;
   }
   const auto values        = gathered_;
   const auto half          = wire_buffer_;
-  const std::int64_t first = mine.first;
+  const std::int64_t first = static_cast<std::int64_t>(mine.first);
   Kokkos::parallel_for(
-      "koptim::Distributor::to_bf16", Kokkos::RangePolicy<ExecutionSpace>(exec, 0, segment_),
+      "koptim::Distributor::to_bf16",
+      Kokkos::RangePolicy<ExecutionSpace>(exec, 0, static_cast<std::int64_t>(counts_[me])),
       KOKKOS_LAMBDA(const std::int64_t i) { half(first + i) = comm::to_bf16(static_cast<float>(values(first + i))); });
-  if (many) comm->all_gather(exec, Kokkos::View<const std::uint16_t*, MemorySpace>(Kokkos::subview(half, mine)), half);
+  if (many)
+    comm->all_gather(exec, Kokkos::View<const std::uint16_t*, MemorySpace>(Kokkos::subview(half, mine)), half, counts_);
   Kokkos::parallel_for(
       "koptim::Distributor::from_bf16", Kokkos::RangePolicy<ExecutionSpace>(exec, 0, half.extent(0)),
       KOKKOS_LAMBDA(const std::int64_t i) { values(i) = static_cast<T>(comm::from_bf16(half(i))); });

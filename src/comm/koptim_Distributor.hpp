@@ -3,13 +3,14 @@
 //
 //   pieces with costs -> owner ranks (assign_blocks, or the caller's own rule)
 //   -> each rank's pieces packed, in order, into its segment of one buffer
-//   -> one all-gather of the segments -> every piece readable at its position.
+//   -> one all-gather of the segments (of unequal sizes) -> every piece readable at its position.
 //
-// The plan is built once, with its buffers: an exchange allocates nothing. Rank r's segment is
-// the slice [r * segment_size, (r + 1) * segment_size) of the gathered buffer (the all-gather
-// runs in place), so a rank writes its pieces straight into the buffer the others read. One rank,
-// or no communicator, is the same path with nothing to send; with the bfloat16 wire the values are
-// rounded through bf16 there too, so one rank gives what N ranks give.
+// The plan is built once, with its buffers: an exchange allocates nothing. Rank r's segment
+// holds exactly its pieces and follows the segments of ranks 0 .. r-1 in the gathered buffer (an
+// all-gather of unequal blocks, in place), so a rank writes its pieces straight into the buffer
+// the others read, and the buffer is the pieces' total however unequal the ranks' shares. One
+// rank, or no communicator, is the same path with nothing to send; with the bfloat16 wire the
+// values are rounded through bf16 there too, so one rank gives what N ranks give.
 #ifndef KOPTIM_SRC_COMM_DISTRIBUTOR_HPP
 #define KOPTIM_SRC_COMM_DISTRIBUTOR_HPP
 
@@ -62,8 +63,8 @@ class Distributor {
 
   Distributor() = default;
   // One entry per piece: its element count and its owner in [0, num_ranks). Rank r's pieces lie
-  // in its segment in the order given; the segment holds the largest rank's total (shorter
-  // segments are zero-padded). label names the buffers for Kokkos Tools.
+  // in its segment in the order given; the segment holds rank r's total, after the segments of
+  // the ranks before it. label names the buffers for Kokkos Tools.
   Distributor(const std::string& label, const std::vector<std::int64_t>& sizes, const std::vector<int>& owners,
               int rank, int num_ranks, Wire wire = Wire::native);
 
@@ -73,7 +74,9 @@ class Distributor {
   bool mine(std::size_t piece) const { return owners_[piece] == rank_; }
   // Where the piece starts in gathered().
   std::int64_t position(std::size_t piece) const { return positions_[piece]; }
-  std::int64_t segment_size() const { return segment_; }
+  // Rank r's segment: its first element in gathered() and its size (the total of its pieces).
+  std::int64_t segment_start(int r) const { return static_cast<std::int64_t>(starts_[static_cast<std::size_t>(r)]); }
+  std::int64_t segment_size(int r) const { return static_cast<std::int64_t>(counts_[static_cast<std::size_t>(r)]); }
 
   // The piece's elements in the gathered buffer: this rank writes its own pieces there before
   // exchange(), and reads every piece there after it.
@@ -86,10 +89,10 @@ class Distributor {
   // Collective over comm; allocates nothing.
   void exchange(const ExecutionSpace& exec, const comm::Communicator* comm) const;
 
-  // Bytes each rank receives per exchange (its own segment included), in the wire precision.
+  // Bytes of the gathered segments per exchange (every rank's, its own included: the pieces'
+  // total), in the wire precision.
   std::size_t exchange_bytes() const {
-    return static_cast<std::size_t>(segment_) * static_cast<std::size_t>(num_ranks_) *
-           (wire_ == Wire::bfloat16 ? sizeof(std::uint16_t) : sizeof(T));
+    return gathered_.extent(0) * (wire_ == Wire::bfloat16 ? sizeof(std::uint16_t) : sizeof(T));
   }
   // Bytes of the buffers this plan holds.
   std::size_t buffer_bytes() const {
@@ -99,9 +102,9 @@ class Distributor {
  private:
   std::vector<std::int64_t> sizes_, positions_;
   std::vector<int> owners_;
+  std::vector<std::size_t> counts_, starts_;  // each rank's segment: size, first element
   int rank_ = 0, num_ranks_ = 1;
-  std::int64_t segment_ = 0;
-  Wire wire_            = Wire::native;
+  Wire wire_ = Wire::native;
   Buffer gathered_;
   Kokkos::View<std::uint16_t*, MemorySpace> wire_buffer_;  // the bf16 image of gathered_
 };

@@ -12,6 +12,7 @@
 #include <nccl.h>
 
 #include <sstream>
+#include <vector>
 #include <type_traits>
 
 namespace koptim {
@@ -117,6 +118,31 @@ class NcclCommunicator final : public koptim::Impl::TypedCommunicator<NcclCommun
     // a gather only copies, and ncclUint8 exists in every NCCL version.
     const std::size_t bytes = count * sizeof(T);
     check_nccl(ncclAllGather(send.data(), recv.data(), bytes, ncclUint8, comm_.get(), stream), "ncclAllGather");
+    after_collective(stream);
+  }
+
+  // Blocks of different sizes: NCCL has no all-gather of unequal blocks, so each rank broadcasts
+  // its own, all in one group (one launch; in place on the other ranks, from send on the root).
+  template <class T>
+  void gather(const ExecutionSpace& exec, const Kokkos::View<const T*, MemorySpace>& send,
+              const Kokkos::View<T*, MemorySpace>& recv, const std::vector<std::size_t>& counts) const {
+    const cudaStream_t stream = stream_of(exec);
+    ncclResult_t first_error  = ncclSuccess;
+    check_nccl(ncclGroupStart(), "ncclGroupStart");
+    std::size_t at = 0;
+    for (int r = 0; r < size(); ++r) {
+      const std::size_t count = counts[static_cast<std::size_t>(r)];
+      if (count == 0) continue;
+      T* const block   = recv.data() + at;
+      const void* from = r == rank() ? static_cast<const void*>(send.data()) : static_cast<const void*>(block);
+      const auto rc    = ncclBroadcast(from, block, count * sizeof(T), ncclUint8, r, comm_.get(), stream);
+      if (first_error == ncclSuccess) first_error = rc;
+      at += count;
+    }
+    // The group is closed whatever happened inside it.
+    const ncclResult_t end = ncclGroupEnd();
+    check_nccl(first_error, "ncclBroadcast");
+    check_nccl(end, "ncclGroupEnd");
     after_collective(stream);
   }
 

@@ -27,6 +27,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace koptim {
 namespace comm {
@@ -71,6 +72,21 @@ class Communicator {
   // bf16 payloads (see koptim_BF16.hpp).
   virtual void all_gather(const ExecutionSpace& exec, const Kokkos::View<const std::uint16_t*, MemorySpace>& send,
                           const Kokkos::View<std::uint16_t*, MemorySpace>& recv) const = 0;
+  // Blocks of different sizes (MPI's allgatherv): rank r sends counts[r] elements
+  // (send.extent(0) == counts[rank()]); recv has the sum of the counts, rank r's block right after
+  // those of ranks 0 .. r-1. counts has size() entries and is the same on every rank (checked: a
+  // rank with other counts throws ShapeError on every rank). send may be rank()'s block of recv
+  // (in place); any other overlap is an error. No padding travels: a rank with a large block costs
+  // the others that block once, not once per rank.
+  virtual void all_gather(const ExecutionSpace& exec, const Kokkos::View<const float*, MemorySpace>& send,
+                          const Kokkos::View<float*, MemorySpace>& recv,
+                          const std::vector<std::size_t>& counts) const = 0;
+  virtual void all_gather(const ExecutionSpace& exec, const Kokkos::View<const double*, MemorySpace>& send,
+                          const Kokkos::View<double*, MemorySpace>& recv,
+                          const std::vector<std::size_t>& counts) const = 0;
+  virtual void all_gather(const ExecutionSpace& exec, const Kokkos::View<const std::uint16_t*, MemorySpace>& send,
+                          const Kokkos::View<std::uint16_t*, MemorySpace>& recv,
+                          const std::vector<std::size_t>& counts) const = 0;
   // The same on the default instance.
   void all_reduce_sum(const Kokkos::View<float*, MemorySpace>& data) const { all_reduce_sum(ExecutionSpace(), data); }
   void all_reduce_sum(const Kokkos::View<double*, MemorySpace>& data) const { all_reduce_sum(ExecutionSpace(), data); }
@@ -85,6 +101,18 @@ class Communicator {
   void all_gather(const Kokkos::View<const std::uint16_t*, MemorySpace>& send,
                   const Kokkos::View<std::uint16_t*, MemorySpace>& recv) const {
     all_gather(ExecutionSpace(), send, recv);
+  }
+  void all_gather(const Kokkos::View<const float*, MemorySpace>& send, const Kokkos::View<float*, MemorySpace>& recv,
+                  const std::vector<std::size_t>& counts) const {
+    all_gather(ExecutionSpace(), send, recv, counts);
+  }
+  void all_gather(const Kokkos::View<const double*, MemorySpace>& send, const Kokkos::View<double*, MemorySpace>& recv,
+                  const std::vector<std::size_t>& counts) const {
+    all_gather(ExecutionSpace(), send, recv, counts);
+  }
+  void all_gather(const Kokkos::View<const std::uint16_t*, MemorySpace>& send,
+                  const Kokkos::View<std::uint16_t*, MemorySpace>& recv, const std::vector<std::size_t>& counts) const {
+    all_gather(ExecutionSpace(), send, recv, counts);
   }
 
   // --- host control plane (MPI on mpi_comm(), whatever the backend) --------------------------
@@ -136,6 +164,10 @@ class Communicator {
   // argument error (empty if none); throws ShapeError on every rank if any rank has an error or
   // the counts differ. what names the call ("all_gather").
   void agree_on_arguments(const char* what, long long count, const std::string& local_error) const;
+  // The same for a call with per-rank counts: throws ShapeError on every rank if any rank has an
+  // error or the counts (compared by a 62-bit hash, with their number) differ between ranks.
+  void agree_on_arguments(const char* what, const std::vector<std::size_t>& counts,
+                          const std::string& local_error) const;
 
  private:
   CommHandle comm_;

@@ -131,7 +131,8 @@ class Shampoo : public Optimizer {
   int block_owner(int param, std::size_t block) const { return owners_[param][block]; }
   int group_rank() const;
   int group_size() const;
-  // Bytes of updates every rank receives per step in the all-gather (0 without distribution).
+  // Bytes of the updates gathered per step (every block's update once, this rank's own included,
+  // in the communication precision; 0 without distribution).
   std::size_t all_gather_bytes() const;
 
   // Seconds spent in each phase of step() on this rank while time_phases(true) was set, and the

@@ -653,6 +653,46 @@ inline std::vector<EvalPoint> parse_curve(const std::string& text) {
   return curve;
 }
 
+// The curve text in the checkpoint's metadata, whose strings hold at most 65000 bytes each (about
+// 730 evaluations): "curve" holds the first lines, "curve.1", "curve.2", ... the next, each cut
+// at a line end. curve_from_metadata joins them; a gap in the numbering, a stray "curve.<k>" or no
+// "curve" is refused (UsageError), not read in part.
+constexpr std::size_t curve_part_bytes = 65000;
+inline void curve_to_metadata(const std::string& text, koptim::io::Metadata& m) {
+  std::size_t start = 0;
+  for (int part = 0; part == 0 || start < text.size(); ++part) {
+    std::size_t end = text.size();
+    if (end - start > curve_part_bytes) {
+      end = text.rfind('\n', start + curve_part_bytes - 1);
+      if (end == std::string::npos || end < start) throw UsageError("the curve has a line longer than 65000 bytes");
+      ++end;
+    }
+    m.strings[part == 0 ? "curve" : "curve." + std::to_string(part)] = text.substr(start, end - start);
+    start                                                            = end;
+  }
+}
+inline std::string curve_from_metadata(const koptim::io::Metadata& m, const std::string& path) {
+  const auto first = m.strings.find("curve");
+  if (first == m.strings.end()) throw UsageError("the checkpoint '" + path + "' was not written by a koptim example");
+  std::string text  = first->second;
+  std::size_t parts = 1;
+  for (;; ++parts) {
+    const auto next = m.strings.find("curve." + std::to_string(parts));
+    if (next == m.strings.end()) break;
+    text += next->second;
+  }
+  for (const auto& kv : m.strings) {
+    if (kv.first.compare(0, 6, "curve.") != 0) continue;
+    bool joined = false;
+    for (std::size_t k = 1; k < parts && !joined; ++k) joined = kv.first == "curve." + std::to_string(k);
+    if (!joined)
+      throw UsageError("the checkpoint '" + path + "' holds the metadata string '" + kv.first +
+                       "', which is not a part of its curve ('curve', then 'curve.1', 'curve.2', ... without gaps; " +
+                       "here 'curve' and " + std::to_string(parts - 1) + " more)");
+  }
+  return text;
+}
+
 // Trains a model on a data set with one optimizer, data-parallel over a communicator (or alone).
 // Every rank holds the whole data set and the same model; step s draws the global batch from an
 // epoch permutation that depends on (seed, epoch) only, so any rank and any restart agree on it.
@@ -762,27 +802,18 @@ class Trainer {
     o.metadata.integers["steps_timed"] = steps_timed_;
     o.metadata.integers["step"]        = optimizer_->step_count();
     o.metadata.reals["wall_s"]         = wall_s;
-    o.metadata.strings["curve"]        = curve;
+    curve_to_metadata(curve, o.metadata);
     koptim::io::save_checkpoint(path, *optimizer_, o);
   }
   // Continues a run from a checkpoint of the same example, seed, batch and shards (the batch
   // order and the summation order depend on them); anything else is refused.
   void restore(const std::string& path) {
     // The run's own values first: a checkpoint of another run is refused with nothing changed.
-    const auto m = koptim::io::read_checkpoint_metadata(path);
-    auto expect  = [&](const char* key, std::int64_t want) {
-      auto it = m.integers.find(key);
-      if (it == m.integers.end() || it->second != want)
-        throw UsageError("the checkpoint '" + path + "' was written with " + key + " " +
-                          (it == m.integers.end() ? std::string("(none)") : std::to_string(it->second)) +
-                          ", this run has " + std::to_string(want));
-    };
-    expect("seed", static_cast<std::int64_t>(settings_.seed));
-    expect("batch", settings_.batch);
-    expect("shards", settings_.shards);
-    if (!m.reals.count("wall_s") || !m.integers.count("steps_timed") || !m.strings.count("curve"))
-      throw UsageError("the checkpoint '" + path + "' was not written by a koptim example");
-    const auto curve = parse_curve(m.strings.at("curve"));
+    // Each rank reads the metadata of its own path (a node-local copy may differ from rank 0's),
+    // and the ranks agree on the outcome before the collective load: a rank that refused alone
+    // would leave the others waiting in it.
+    koptim::io::Metadata m;
+    std::vector<EvalPoint> curve;
     // A run already past its steps would train nothing and print the checkpoint's figures as its
     // own (possible where --steps changes no key of the schedule: a constant lr, linear_warmup,
     // step). Checked from the metadata before anything is loaded; a checkpoint of an earlier
@@ -793,8 +824,25 @@ class Trainer {
         throw UsageError("the checkpoint '" + path + "' is at step " + std::to_string(at) + ", past this run's " +
                          std::to_string(settings_.steps) + " steps: give --steps " + std::to_string(at) + " or more");
     };
-    const auto step = m.integers.find("step");
-    if (step != m.integers.end()) past(step->second);
+    agree_on_error([&] {
+      m           = koptim::io::read_checkpoint_metadata(path);
+      auto expect = [&](const char* key, std::int64_t want) {
+        auto it = m.integers.find(key);
+        if (it == m.integers.end() || it->second != want)
+          throw UsageError("the checkpoint '" + path + "' was written with " + key + " " +
+                           (it == m.integers.end() ? std::string("(none)") : std::to_string(it->second)) +
+                           ", this run has " + std::to_string(want));
+      };
+      expect("seed", static_cast<std::int64_t>(settings_.seed));
+      expect("batch", settings_.batch);
+      expect("shards", settings_.shards);
+      if (!m.reals.count("wall_s") || !m.integers.count("steps_timed"))
+        throw UsageError("the checkpoint '" + path + "' was not written by a koptim example");
+      curve           = parse_curve(curve_from_metadata(m, path));
+      const auto step = m.integers.find("step");
+      if (step != m.integers.end()) past(step->second);
+    });
+    const bool has_step = m.integers.count("step") > 0;
     koptim::io::LoadOptions lo;
     lo.comm                        = comm_;
     lo.allow_configuration_changes = false;  // the same run continues: another lr would be another run
@@ -803,10 +851,34 @@ class Trainer {
     } catch (const koptim::ConfigError& e) {
       throw UsageError(e.what());  // the command line's values differ from the saved run's
     }
-    if (step == m.integers.end()) past(optimizer_->step_count());
+    if (!has_step) past(optimizer_->step_count());
     wall_s_      = m.reals.at("wall_s");
     steps_timed_ = m.integers.at("steps_timed");
     curve_       = curve;
+  }
+
+  // Runs f on every rank; if it throws on any rank, every rank throws the lowest failing rank's
+  // error ("rank R: " before it with more than one rank), a UsageError as one.
+  template <class F>
+  void agree_on_error(F&& f) const {
+    std::string error;  // a leading 'U' for a UsageError, 'E' for any other error
+    try {
+      f();
+    } catch (const UsageError& e) {
+      error = std::string("U") + e.what();
+    } catch (const std::exception& e) {
+      error = std::string("E") + e.what();
+    }
+    if (!comm_ || ranks_ == 1) {
+      if (error.empty()) return;
+      if (error[0] == 'U') throw UsageError(error.substr(1));
+      throw std::runtime_error(error.substr(1));
+    }
+    const auto first = comm_->first_error(error);
+    if (first.first < 0) return;
+    const std::string message = "rank " + std::to_string(first.first) + ": " + first.second.substr(1);
+    if (first.second[0] == 'U') throw UsageError(message);
+    throw std::runtime_error(message);
   }
 
   // Trains until the optimizer has taken settings.steps steps, evaluating at step 0 (when it is

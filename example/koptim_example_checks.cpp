@@ -4,8 +4,11 @@
 //   the mean (it conserves the integral of u);
 // - the MLP's backward pass against central finite differences of its loss, for both losses;
 // - the checkpoint's curve text: written and read back bit for bit, and a line that is not
-//   exactly five whole fields refused (not read in part).
+//   exactly five whole fields refused (not read in part); a curve longer than one metadata
+//   string cut into parts and joined back exactly, through a checkpoint file.
 #include "koptim_example.hpp"
+
+#include <koptim_config.hpp>  // KOPTIM_ENABLE_HDF5
 
 namespace {
 
@@ -164,6 +167,68 @@ void check_curve_text() {
   }
 }
 
+// A curve longer than one metadata string holds (10,000 evaluations, about 870 KB): cut into
+// parts of at most 65000 bytes at line ends, joined back exactly, through a real checkpoint where
+// koptim has HDF5; parts with a gap or a stray name are refused.
+void check_long_curve() {
+  std::vector<EvalPoint> curve(10000);
+  for (std::size_t i = 0; i < curve.size(); ++i) {
+    curve[i].step        = static_cast<std::int64_t>(10 * i);
+    curve[i].wall_s      = 0.001 * static_cast<double>(i) / 3.0;
+    curve[i].train_loss  = 2.3 / (1.0 + static_cast<double>(i) / 7.0);
+    curve[i].test_loss   = 2.4 / (1.0 + static_cast<double>(i) / 11.0);
+    curve[i].test_metric = 1.0 - 1.0 / (2.0 + static_cast<double>(i));
+  }
+  const std::string text = curve_text(curve);
+  koptim::io::Metadata m;
+  curve_to_metadata(text, m);
+  bool parts_ok = m.strings.size() > 1;
+  for (const auto& kv : m.strings)
+    parts_ok = parts_ok && kv.second.size() <= curve_part_bytes && !kv.second.empty() && kv.second.back() == '\n';
+  expect(parts_ok, "a curve of " + std::to_string(text.size()) + " bytes goes into " +
+                       std::to_string(m.strings.size()) +
+                       " metadata strings of at most 65000 bytes, each cut at a line end");
+  expect(curve_from_metadata(m, "x") == text, "the parts join back into the curve's text exactly");
+  koptim::io::Metadata one;
+  curve_to_metadata("", one);
+  expect(one.strings.size() == 1 && one.strings.at("curve").empty(), "an empty curve is one empty string");
+  auto refused = [](const koptim::io::Metadata& bad) {
+    try {
+      curve_from_metadata(bad, "x");
+    } catch (const UsageError&) {
+      return true;
+    }
+    return false;
+  };
+  auto gap = m;
+  gap.strings.erase("curve.2");
+  expect(refused(gap), "a curve whose part 'curve.2' is missing is refused");
+  auto stray               = m;
+  stray.strings["curve.x"] = "";
+  expect(refused(stray), "a stray metadata string 'curve.x' is refused");
+  auto first = m;
+  first.strings.erase("curve");
+  expect(refused(first), "parts without 'curve' are refused");
+#if KOPTIM_ENABLE_HDF5
+  // Through a file: a one-parameter AdamW saved with these metadata, read back.
+  Kokkos::View<float*> w("w", 1), g("g", 1);
+  koptim::ParameterSet ps;
+  ps.add("w", w, g);
+  Teuchos::ParameterList l;
+  l.set("optimizer", std::string("AdamW"));
+  auto opt               = koptim::create(ps, l);
+  const std::string path = "koptim_example_checks_long_curve.h5";
+  koptim::io::SaveOptions o;
+  o.metadata = m;
+  koptim::io::save_checkpoint(path, *opt, o);
+  const auto back = koptim::io::read_checkpoint_metadata(path);
+  std::remove(path.c_str());
+  expect(curve_from_metadata(back, path) == text, "the long curve comes back exactly through a checkpoint file");
+#else
+  std::printf("skipped: the long curve through a checkpoint file (koptim built without HDF5)\n");
+#endif
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -173,6 +238,7 @@ int main(int argc, char** argv) {
     check_gradient(LossKind::cross_entropy);
     check_gradient(LossKind::mean_squared);
     check_curve_text();
+    check_long_curve();
     if (failures) throw std::runtime_error(std::to_string(failures) + " check(s) failed");
   });
 }

@@ -101,8 +101,9 @@ void check_all_gather(MPI_Comm user) {
   }
 }
 
-// Blocks of different sizes against plain MPI_Allgatherv: rank r sends scale * (3 r + 1) % 7
-// elements (some ranks none), out of place and in place.
+// Blocks of different sizes against plain MPI_Allgatherv: rank r sends scale * ((3 r + 1) % 7)
+// elements (1, 4, 0, 3, ... times scale: rank 2 sends none from 3 ranks on), out of place and in
+// place.
 template <class T>
 void check_all_gather_blocks(MPI_Comm user) {
   auto comm      = Communicator::create(user);
@@ -281,17 +282,24 @@ TEST(Communicator, BadBlockCountsFailOnEveryRank) {
   if (rank == bad) other[0] += 1;
   const std::string differ = message_of<koptim::ShapeError>([&] { comm->all_gather(send, recv, other); });
   if (size > 1) {
-    check(differ,
-          "koptim::comm::Communicator::all_gather: the ranks pass different counts; every rank must pass the same "
-          "counts, one per rank (rank r's block size)");
+    check(differ, "koptim::comm::Communicator::all_gather: the ranks pass different counts (rank " +
+                      std::to_string(bad) +
+                      ": counts[0] = 3 where rank 0 passes 2); every rank must pass the same "
+                      "counts, one per rank (rank r's block size)");
   } else {
     check(differ,
           "koptim: rank 0: koptim::comm::Communicator::all_gather: send (View 'send') has 2 elements; it "
           "needs counts[rank()] = counts[0] = 3");
   }
-  // One count too many, on every rank.
+  // One count too many on the last rank only, then on every rank.
   std::vector<std::size_t> longer = counts;
   longer.push_back(1);
+  if (size > 1) {
+    check(message_of<koptim::ShapeError>([&] { comm->all_gather(send, recv, rank == bad ? longer : counts); }),
+          "koptim::comm::Communicator::all_gather: the ranks pass different counts (rank " + std::to_string(bad) +
+              ": " + std::to_string(size + 1) + " counts where rank 0 passes " + std::to_string(size) +
+              "); every rank must pass the same counts, one per rank (rank r's block size)");
+  }
   check(message_of<koptim::ShapeError>([&] { comm->all_gather(send, recv, longer); }),
         "koptim: rank 0: koptim::comm::Communicator::all_gather: counts has " + std::to_string(size + 1) +
             " entries; it needs one per rank, size() = " + std::to_string(size));

@@ -24,9 +24,14 @@ using koptim_test::world;
 struct Plan {
   std::vector<std::int64_t> sizes{3, 5, 0, 4, 2, 7, 1, 6};
   std::vector<int> owners;
-  explicit Plan(int ranks) {
-    for (std::size_t p = 0; p < sizes.size(); ++p)
+  // empty_rank: that rank owns the empty piece only (its segment is empty), its other pieces go
+  // to the next rank (-1: none; at least 2 ranks).
+  explicit Plan(int ranks, int empty_rank = -1) {
+    for (std::size_t p = 0; p < sizes.size(); ++p) {
       owners.push_back(static_cast<int>((sizes.size() - 1 - p) % static_cast<std::size_t>(ranks)));
+      if (empty_rank >= 0 && owners.back() == empty_rank) owners.back() = (empty_rank + 1) % ranks;
+    }
+    if (empty_rank >= 0) owners[2] = empty_rank;
   }
 };
 
@@ -73,9 +78,12 @@ TEST(Distributor, OneLargePieceCostsItsOwnSizeOnly) {
 }
 
 template <class T>
-void exchange_and_check(koptim::Impl::Wire wire, const koptim::comm::Communicator* comm) {
+void exchange_and_check(koptim::Impl::Wire wire, const koptim::comm::Communicator* comm, int empty_rank = -1) {
   const int ranks = comm ? comm->size() : 1, me = comm ? comm->rank() : 0;
-  Plan plan(ranks);
+  Plan plan(ranks, empty_rank);
+  if (empty_rank >= 0) {
+    ASSERT_EQ(Distributor<T>("test", plan.sizes, plan.owners, me, ranks).segment_size(empty_rank), 0);
+  }
   Distributor<T> d("test", plan.sizes, plan.owners, me, ranks, wire);
   for (std::size_t p = 0; p < d.num_pieces(); ++p) {
     if (!d.mine(p)) continue;
@@ -108,6 +116,12 @@ void exchange_and_check(koptim::Impl::Wire wire, const koptim::comm::Communicato
 TEST(Distributor, ExchangeGivesEveryRankEveryPiece) {
   exchange_and_check<float>(koptim::Impl::Wire::native, world().get());
   exchange_and_check<double>(koptim::Impl::Wire::native, world().get());
+  // A rank with nothing to send (Gefen with more ranks than large tensors): the last, or rank 0.
+  if (world()->size() > 1) {
+    exchange_and_check<float>(koptim::Impl::Wire::native, world().get(), world()->size() - 1);
+    exchange_and_check<float>(koptim::Impl::Wire::bfloat16, world().get(), world()->size() - 1);
+    exchange_and_check<double>(koptim::Impl::Wire::native, world().get(), 0);
+  }
   exchange_and_check<float>(koptim::Impl::Wire::native, nullptr);
 }
 

@@ -168,7 +168,10 @@ class MpiCommunicator final : public koptim::Impl::TypedCommunicator<MpiCommunic
     const std::size_t total = first.back() + counts.back();
     if (total <= Impl::mpi_count_limit()) {
       std::vector<int> c(counts.begin(), counts.end()), d(first.begin(), first.end());
-      check_mpi(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, c.data(), d.data(), mpi_type<T>(), mpi_comm()),
+      // With MPI_IN_PLACE the send count and type are ignored; given as they are all the same
+      // (some MPIs and profilers have read them anyway).
+      check_mpi(MPI_Allgatherv(MPI_IN_PLACE, c[static_cast<std::size_t>(rank())], mpi_type<T>(), recv, c.data(),
+                               d.data(), mpi_type<T>(), mpi_comm()),
                 "MPI_Allgatherv");
       return;
     }
@@ -399,9 +402,27 @@ void Communicator::agree_on_arguments(const char* what, const std::vector<std::s
   for (std::size_t c : counts) mix(c);
   const Agreed a = agree_on_value(mpi_comm(), static_cast<long long>(h >> 2), local_error);
   if (a.lo != a.hi) {
-    throw ShapeError(std::string("koptim::comm::Communicator::") + what +
-                     ": the ranks pass different counts; every rank must pass the same counts, one per rank "
-                     "(rank r's block size)");
+    // Only on this failure path: rank 0's counts go to every rank, and the lowest rank whose
+    // counts differ says where.
+    unsigned long long n0 = counts.size();
+    check_mpi(MPI_Bcast(&n0, 1, MPI_UNSIGNED_LONG_LONG, 0, mpi_comm()), "MPI_Bcast");
+    std::vector<unsigned long long> zero(counts.begin(), counts.end());
+    zero.resize(n0);
+    check_mpi(MPI_Bcast(zero.data(), static_cast<int>(n0), MPI_UNSIGNED_LONG_LONG, 0, mpi_comm()), "MPI_Bcast");
+    std::ostringstream mine;
+    if (counts.size() != n0) {
+      mine << counts.size() << " counts where rank 0 passes " << n0;
+    } else {
+      for (std::size_t i = 0; i < counts.size(); ++i)
+        if (counts[i] != zero[i]) {
+          mine << "counts[" << i << "] = " << counts[i] << " where rank 0 passes " << zero[i];
+          break;
+        }
+    }
+    const auto first = lowest_failing(mpi_comm(), rank(), size(), mine.str());
+    throw ShapeError(std::string("koptim::comm::Communicator::") + what + ": the ranks pass different counts (rank " +
+                     std::to_string(first.first) + ": " + first.second +
+                     "); every rank must pass the same counts, one per rank (rank r's block size)");
   }
   if (a.failed) {
     const auto first = lowest_failing(mpi_comm(), rank(), size(), local_error);

@@ -53,9 +53,10 @@
 // chooses the partitions of its tensors and counts their share of the histogram; one
 // all_reduce_sum of the counts gives every rank the codebook of the whole model. Each step a
 // rank updates its tensors, then one all_gather per scalar type shares the new parameters
-// (segments padded to the largest rank's): every rank ends with the same parameters, bitwise
-// equal to one process. Every rank must build the same optimizer (ConfigError on every rank
-// otherwise), and an error on one rank during a step reaches every rank.
+// (each rank's tensors in a segment of its own size, no padding): every rank ends with the same
+// parameters, bitwise equal to one process. Every rank must build the same optimizer
+// (ConfigError on every rank otherwise), and an error on one rank during a step reaches every
+// rank.
 //
 // Memory order: Gefen flattens every tensor in memory order. For LayoutRight Views that is the
 // row-major (torch) order; a LayoutLeft View of shape (a, b) is treated as the

@@ -443,6 +443,42 @@ TEST(Checkpoint, RefusesBadFilesAndChangesNothing) {
   });
   expect_refused(big_step, *opt, m, {"attribute 'step' of /optimizer = 9223372036854788153", "signed 64-bit"});
 
+  // Floating-point layouts koptim never writes, which HDF5 would convert, rounding: a long double
+  // (16 bytes here) in the metadata and in the state, a parameter stored as 4-byte floats with
+  // another exponent bias.
+  auto long_double_attribute = [](hid_t f, const char* object, const char* name) {
+    const hid_t o       = H5Oopen(f, object, H5P_DEFAULT);
+    const hid_t space   = H5Screate(H5S_SCALAR);
+    const long double v = 1.0L + 1e-19L;  // not a double
+    const hid_t a       = H5Acreate2(o, name, H5T_NATIVE_LDOUBLE, space, H5P_DEFAULT, H5P_DEFAULT);
+    EXPECT_GE(a, 0);
+    EXPECT_GE(H5Awrite(a, H5T_NATIVE_LDOUBLE, &v), 0);
+    H5Aclose(a);
+    H5Sclose(space);
+    H5Oclose(o);
+  };
+  const std::string ld_meta =
+      edited("long_double_metadata", [&](hid_t f) { long_double_attribute(f, "metadata", "x"); });
+  expect_refused(ld_meta, *opt, m, {"attribute 'x' of /metadata is a", "other than IEEE binary32 or binary64"});
+  expect_error([&] { koptim::io::read_checkpoint_metadata(ld_meta); }, {"attribute 'x' of /metadata", "IEEE"});
+  const std::string biased = edited("biased_float_parameter", [&](hid_t f) {
+    const hid_t d     = H5Dopen2(f, "parameters/b1/value", H5P_DEFAULT);
+    const hid_t space = H5Dget_space(d);
+    std::vector<float> v(static_cast<std::size_t>(H5Sget_simple_extent_npoints(space)));
+    EXPECT_GE(H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), 0);
+    H5Dclose(d);
+    EXPECT_GE(H5Ldelete(f, "parameters/b1/value", H5P_DEFAULT), 0);
+    const hid_t t = H5Tcopy(H5T_IEEE_F32LE);
+    EXPECT_GE(H5Tset_ebias(t, 100), 0);
+    const hid_t nd = H5Dcreate2(f, "parameters/b1/value", t, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    EXPECT_GE(nd, 0);
+    EXPECT_GE(H5Dwrite(nd, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), 0);
+    H5Dclose(nd);
+    H5Tclose(t);
+    H5Sclose(space);
+  });
+  expect_refused<koptim::ShapeError>(biased, *opt, m, {"/parameters/b1/value", "scalar type"});
+
   // Shapes koptim never writes, each read into a buffer sized from what koptim writes, which HDF5
   // would overrun: a 2-D attribute, an attribute without a value (a null dataspace, whose read
   // would leave the value as it was), a /parameter_list of many strings. Refused before a read.

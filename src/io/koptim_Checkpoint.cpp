@@ -171,15 +171,25 @@ hid_t file_type(ScalarType t) {
   }
   return -1;
 }
-// The scalar type of a dataset's type; false for any other type.
+// True when type is one of the given HDF5 types (the same layout: size, order, precision,
+// fields, bias), in either byte order.
+bool same_type_as(hid_t type, hid_t little, hid_t big) { return H5Tequal(type, little) > 0 || H5Tequal(type, big) > 0; }
+// 4 or 8 for IEEE binary32 or binary64, 0 for any other floating-point layout (a long double, a
+// 4-byte float with another exponent bias), which HDF5 would convert, rounding, without a word.
+std::size_t ieee_float_bytes(hid_t type) {
+  if (same_type_as(type, H5T_IEEE_F32LE, H5T_IEEE_F32BE)) return 4;
+  if (same_type_as(type, H5T_IEEE_F64LE, H5T_IEEE_F64BE)) return 8;
+  return 0;
+}
+// The scalar type of a dataset's type: exactly a type koptim writes (IEEE binary32, binary64, an
+// unsigned 8-bit integer; either byte order); false for any other type.
 bool scalar_type_of_h5(hid_t type, ScalarType& out) {
-  const H5T_class_t c = H5Tget_class(type);
-  const std::size_t n = H5Tget_size(type);
-  if (c == H5T_FLOAT && n == 4)
+  const std::size_t ieee = ieee_float_bytes(type);
+  if (ieee == 4)
     out = ScalarType::float32;
-  else if (c == H5T_FLOAT && n == 8)
+  else if (ieee == 8)
     out = ScalarType::float64;
-  else if (c == H5T_INTEGER && n == 1 && H5Tget_sign(type) == H5T_SGN_NONE)
+  else if (same_type_as(type, H5T_STD_U8LE, H5T_STD_U8BE))
     out = ScalarType::uint8;
   else
     return false;
@@ -283,6 +293,10 @@ Attribute read_attribute(hid_t obj, const std::string& name, const std::string& 
     out.v.resize(n);
     if (n > 0) ok(H5Aread(a, H5T_NATIVE_INT64, out.v.data()), "cannot read " + what);
   } else if (c == H5T_FLOAT && rank == 0) {
+    if (ieee_float_bytes(type) == 0)
+      throw Error(what + " is a " + std::to_string(8 * H5Tget_size(type)) +
+                  "-bit floating-point value in a layout other than IEEE binary32 or binary64; koptim reads those "
+                  "only (any other would be rounded)");
     out.kind = Attribute::real;
     ok(H5Aread(a, H5T_NATIVE_DOUBLE, &out.r), "cannot read " + what);
   } else if (c == H5T_STRING && rank == 0 && H5Tis_variable_str(type) == 0) {

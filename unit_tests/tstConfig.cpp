@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -85,6 +86,49 @@ TEST(Config, DefaultsAreTorchDefaults) {
   EXPECT_EQ(koptim::validated_parameters(a).get<double>("alpha"), 0.99);
   a.set("optimizer", std::string("Adam"));
   EXPECT_EQ(koptim::validated_parameters(a).get<double>("weight_decay"), 0.0);
+}
+
+// The C++ constructors with CommonOptions{} take the same lr and weight_decay as a parameter
+// list without them, torch.optim's where torch has the method (the C++ CommonOptions held lr 1e-3
+// and weight_decay 0 for every optimizer: AdaGrad and RMSProp at a tenth of torch's lr, AdamW
+// without its decay).
+TEST(Config, CppDefaultsAreTheListsAndTorchs) {
+  koptim_test::TestTensor<float> w({6, 4}, "w");
+  koptim::ParameterSet ps;
+  w.add_to(ps, "w");
+  const koptim::CommonOptions unset;
+  const std::vector<std::pair<std::unique_ptr<koptim::Optimizer>, std::array<double, 2>>> cases = [&] {
+    std::vector<std::pair<std::unique_ptr<koptim::Optimizer>, std::array<double, 2>>> c;
+    c.emplace_back(std::make_unique<koptim::SGD>(ps, unset), std::array<double, 2>{1e-3, 0.0});
+    c.emplace_back(std::make_unique<koptim::AdaGrad>(ps, unset), std::array<double, 2>{1e-2, 0.0});
+    c.emplace_back(std::make_unique<koptim::RMSProp>(ps, unset), std::array<double, 2>{1e-2, 0.0});
+    c.emplace_back(std::make_unique<koptim::Adam>(ps, unset), std::array<double, 2>{1e-3, 0.0});
+    c.emplace_back(std::make_unique<koptim::AdamW>(ps, unset), std::array<double, 2>{1e-3, 1e-2});
+    c.emplace_back(std::make_unique<koptim::Adam>(ps, unset, koptim::AdamOptions{}, true),
+                   std::array<double, 2>{1e-3, 1e-2});
+    c.emplace_back(std::make_unique<koptim::Shampoo>(ps, unset), std::array<double, 2>{1e-2, 0.0});
+    c.emplace_back(std::make_unique<koptim::Gefen>(ps, unset), std::array<double, 2>{1e-3, 0.0});
+    return c;
+  }();
+  for (const auto& c : cases) {
+    const auto& opt = *c.first;
+    EXPECT_EQ(opt.base_lr(), c.second[0]) << opt.name();
+    EXPECT_EQ(opt.weight_decay(), c.second[1]) << opt.name();
+    EXPECT_EQ(*opt.common_options().lr, c.second[0]) << opt.name();
+    Teuchos::ParameterList l;
+    l.set("optimizer", opt.name());
+    if (opt.name() == "SGD") continue;  // a list must give SGD's lr
+    const auto v = koptim::validated_parameters(l);
+    EXPECT_EQ(v.get<double>("lr"), c.second[0]) << opt.name();
+    EXPECT_EQ(v.get<double>("weight_decay"), c.second[1]) << opt.name();
+  }
+  // Given values win.
+  koptim::CommonOptions given;
+  given.lr           = 0.5;
+  given.weight_decay = 0.25;
+  koptim::AdamW set(ps, given);
+  EXPECT_EQ(set.base_lr(), 0.5);
+  EXPECT_EQ(set.weight_decay(), 0.25);
 }
 
 TEST(Config, RejectsMissingOrUnknownOptimizer) {

@@ -166,7 +166,7 @@ const std::vector<Entry>& entries() {
       {"SGD",
        "Stochastic gradient descent with momentum (torch.optim.SGD).",
        [](ParameterList& l) {
-         add_common(l, 1e-3, 0.0, "L2 weight decay: G <- G + weight_decay W");
+         add_common(l, SGD::default_lr, SGD::default_weight_decay, "L2 weight decay: G <- G + weight_decay W");
          add_shard_key(l);
          l.getEntryRCP("lr")->setDocString("Learning rate. Required for SGD (groups may override it).");
          Impl::add_option_keys(l, SGDOptions{});
@@ -179,7 +179,7 @@ const std::vector<Entry>& entries() {
       {"AdaGrad",
        "AdaGrad (torch.optim.Adagrad).",
        [](ParameterList& l) {
-         add_common(l, 1e-2, 0.0, "L2 weight decay: G <- G + weight_decay W");
+         add_common(l, AdaGrad::default_lr, AdaGrad::default_weight_decay, "L2 weight decay: G <- G + weight_decay W");
          add_shard_key(l);
          Impl::add_option_keys(l, AdaGradOptions{});
        },
@@ -191,7 +191,7 @@ const std::vector<Entry>& entries() {
       {"RMSProp",
        "RMSProp (torch.optim.RMSprop).",
        [](ParameterList& l) {
-         add_common(l, 1e-2, 0.0, "L2 weight decay: G <- G + weight_decay W");
+         add_common(l, RMSProp::default_lr, RMSProp::default_weight_decay, "L2 weight decay: G <- G + weight_decay W");
          add_shard_key(l);
          Impl::add_option_keys(l, RMSPropOptions{});
        },
@@ -203,7 +203,7 @@ const std::vector<Entry>& entries() {
       {"Adam",
        "Adam with L2 weight decay (torch.optim.Adam).",
        [](ParameterList& l) {
-         add_common(l, 1e-3, 0.0, "L2 weight decay: G <- G + weight_decay W");
+         add_common(l, Adam::default_lr, Adam::default_weight_decay, "L2 weight decay: G <- G + weight_decay W");
          add_shard_key(l);
          Impl::add_option_keys(l, AdamOptions{});
        },
@@ -215,7 +215,8 @@ const std::vector<Entry>& entries() {
       {"AdamW",
        "Adam with decoupled weight decay (torch.optim.AdamW).",
        [](ParameterList& l) {
-         add_common(l, 1e-3, 0.01, "Decoupled weight decay: W <- W (1 - lr weight_decay) before the update");
+         add_common(l, AdamW::default_lr, AdamW::default_weight_decay,
+                    "Decoupled weight decay: W <- W (1 - lr weight_decay) before the update");
          add_shard_key(l);
          Impl::add_option_keys(l, AdamOptions{});
        },
@@ -227,7 +228,8 @@ const std::vector<Entry>& entries() {
       {"Shampoo",
        "Distributed Shampoo: block-diagonal Kronecker-factored preconditioning with grafting.",
        [](ParameterList& l) {
-         add_common(l, 1e-2, 0.0, "Weight decay, applied as weight_decay_type says");
+         add_common(l, Shampoo::default_lr, Shampoo::default_weight_decay,
+                    "Weight decay, applied as weight_decay_type says");
          Impl::add_option_keys(l, ShampooOptions{});
          l.sublist(
              "inverse_exponent_override", false,
@@ -249,7 +251,8 @@ const std::vector<Entry>& entries() {
        "Gefen: AdamW with a shared second moment per automatic block and an 8-bit momentum with a learned codebook "
        "(about 1 byte of state per parameter).",
        [](ParameterList& l) {
-         add_common(l, 1e-3, 0.0, "Decoupled weight decay: W <- W (1 - lr weight_decay) before the update");
+         add_common(l, Gefen::default_lr, Gefen::default_weight_decay,
+                    "Decoupled weight decay: W <- W (1 - lr weight_decay) before the update");
          Impl::add_option_keys(l, GefenOptions{});
          add_shard_key(l);
        },

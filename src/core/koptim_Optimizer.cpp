@@ -24,19 +24,25 @@ Optimizer::Optimizer(std::string name, ParameterSet params, CommonOptions common
     : name_(std::move(name)), params_(std::move(params)), common_(std::move(common)) {
   Impl::run_together(agree_with, [&] {
     if (params_.empty()) throw ShapeError("koptim::" + name_ + ": the ParameterSet has no parameters");
-    Impl::require(name_, "lr", common_.lr, Impl::ranges::lr);
-    Impl::require(name_, "weight_decay", common_.weight_decay, Impl::ranges::weight_decay);
+    // koptim's optimizers fill in their defaults (Impl::with_defaults); an optimizer of another
+    // library built on this class must give both.
+    for (const auto* v : {&common_.lr, &common_.weight_decay})
+      if (!*v)
+        throw ConfigError("koptim::" + name_ + ": CommonOptions::" + (v == &common_.lr ? "lr" : "weight_decay") +
+                          " is not set, and this optimizer has no default for it");
+    Impl::require(name_, "lr", *common_.lr, Impl::ranges::lr);
+    Impl::require(name_, "weight_decay", *common_.weight_decay, Impl::ranges::weight_decay);
   });
 }
 
 double Optimizer::base_lr(int group) const {
   const auto& g = params_.groups().at(group);
-  return g.options.lr ? *g.options.lr : common_.lr;
+  return g.options.lr ? *g.options.lr : *common_.lr;
 }
 
 double Optimizer::weight_decay(int group) const {
   const auto& g = params_.groups().at(group);
-  return g.options.weight_decay ? *g.options.weight_decay : common_.weight_decay;
+  return g.options.weight_decay ? *g.options.weight_decay : *common_.weight_decay;
 }
 
 double Optimizer::lr(int group) const { return base_lr(group) * common_.lr_schedule.factor(step_ + 1); }

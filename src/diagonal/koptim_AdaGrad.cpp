@@ -32,7 +32,8 @@ void adagrad_update(const ExecutionSpace& exec, const Impl::PieceTable<T>& table
 
 AdaGrad::AdaGrad(ParameterSet params, CommonOptions common, AdaGradOptions options,
                  std::shared_ptr<comm::Communicator> comm)
-    : Impl::ElementwiseOptimizer("AdaGrad", std::move(params), std::move(common), {"sum"},
+    : Impl::ElementwiseOptimizer("AdaGrad", std::move(params),
+                                 Impl::with_defaults(std::move(common), default_lr, default_weight_decay), {"sum"},
                                  {options.initial_accumulator_value}, std::move(comm), Impl::describe_options(options)),
       options_(options) {
   Impl::check_option_ranges("AdaGrad", options_);

@@ -64,8 +64,11 @@ void adam_update(const ExecutionSpace& exec, const Impl::PieceTable<T>& table, s
 
 Adam::Adam(ParameterSet params, CommonOptions common, AdamOptions options, bool decoupled_weight_decay,
            std::shared_ptr<comm::Communicator> comm)
-    : Impl::ElementwiseOptimizer(decoupled_weight_decay ? "AdamW" : "Adam", std::move(params), std::move(common),
-                                 adam_slots(options), {}, std::move(comm), Impl::describe_options(options)),
+    : Impl::ElementwiseOptimizer(
+          decoupled_weight_decay ? "AdamW" : "Adam", std::move(params),
+          Impl::with_defaults(std::move(common), default_lr,
+                              decoupled_weight_decay ? AdamW::default_weight_decay : default_weight_decay),
+          adam_slots(options), {}, std::move(comm), Impl::describe_options(options)),
       options_(options),
       decoupled_(decoupled_weight_decay) {
   Impl::check_option_ranges(name(), options_);

@@ -67,8 +67,9 @@ void rmsprop_update(const ExecutionSpace& exec, const Impl::PieceTable<T>& table
 
 RMSProp::RMSProp(ParameterSet params, CommonOptions common, RMSPropOptions options,
                  std::shared_ptr<comm::Communicator> comm)
-    : Impl::ElementwiseOptimizer("RMSProp", std::move(params), std::move(common), rmsprop_slots(options), {},
-                                 std::move(comm), Impl::describe_options(options)),
+    : Impl::ElementwiseOptimizer("RMSProp", std::move(params),
+                                 Impl::with_defaults(std::move(common), default_lr, default_weight_decay),
+                                 rmsprop_slots(options), {}, std::move(comm), Impl::describe_options(options)),
       options_(options) {
   Impl::check_option_ranges("RMSProp", options_);
 }

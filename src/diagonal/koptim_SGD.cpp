@@ -48,8 +48,9 @@ void sgd_update(const ExecutionSpace& exec, const Impl::PieceTable<T>& table, st
 }  // namespace
 
 SGD::SGD(ParameterSet params, CommonOptions common, SGDOptions options, std::shared_ptr<comm::Communicator> comm)
-    : Impl::ElementwiseOptimizer("SGD", std::move(params), std::move(common), sgd_slots(options), {}, std::move(comm),
-                                 Impl::describe_options(options)),
+    : Impl::ElementwiseOptimizer("SGD", std::move(params),
+                                 Impl::with_defaults(std::move(common), default_lr, default_weight_decay),
+                                 sgd_slots(options), {}, std::move(comm), Impl::describe_options(options)),
       options_(options) {
   // SGD never squares a gradient: only NaN and Inf are refused.
   refuse_overflowing_squares(false);

@@ -974,7 +974,8 @@ struct Gefen::Sharing {
 };
 
 Gefen::Gefen(ParameterSet params, CommonOptions common, GefenOptions options, std::shared_ptr<comm::Communicator> comm)
-    : Optimizer("Gefen", std::move(params), std::move(common), comm.get()),
+    : Optimizer("Gefen", std::move(params), Impl::with_defaults(std::move(common), default_lr, default_weight_decay),
+                comm.get()),
       options_(options),
       state_(std::make_unique<State>()),
       owner_(parameters().size(), 0) {

@@ -1459,7 +1459,8 @@ void ShampooBlocks<T>::import_tensors(const OptimizerState& s) {
 
 Shampoo::Shampoo(ParameterSet params, CommonOptions common, ShampooOptions options,
                  std::shared_ptr<comm::Communicator> comm)
-    : Optimizer("Shampoo", std::move(params), std::move(common), comm.get()),
+    : Optimizer("Shampoo", std::move(params), Impl::with_defaults(std::move(common), default_lr, default_weight_decay),
+                comm.get()),
       options_(std::move(options)),
       comm_(std::move(comm)) {
   // The trace bound of each block (ShampooBlocks::prepare) refuses exactly the gradients that

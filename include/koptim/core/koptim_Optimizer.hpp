@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -69,13 +70,25 @@ namespace Impl {
 void set_configuration(Optimizer& opt, std::string xml);
 }  // namespace Impl
 
-// What every optimizer is configured with, besides its own hyperparameters.
+// What every optimizer is configured with, besides its own hyperparameters. lr and weight_decay
+// left unset take the optimizer's own defaults, its class's default_lr and default_weight_decay
+// (torch.optim's, and a parameter list's): lr 1e-3 for SGD, Adam, AdamW and Gefen, 1e-2 for
+// AdaGrad, RMSProp and Shampoo; weight_decay 0.01 for AdamW, 0 for the others.
 struct CommonOptions {
-  double lr                            = 1e-3;
-  double weight_decay                  = 0.0;
+  std::optional<double> lr;
+  std::optional<double> weight_decay;
   NonFiniteGradient nonfinite_gradient = NonFiniteGradient::error;
   LRSchedule lr_schedule;
 };
+
+namespace Impl {
+// common with its unset lr and weight_decay given these values (an optimizer's defaults).
+inline CommonOptions with_defaults(CommonOptions common, double lr, double weight_decay) {
+  if (!common.lr) common.lr = lr;
+  if (!common.weight_decay) common.weight_decay = weight_decay;
+  return common;
+}
+}  // namespace Impl
 
 class Optimizer {
  public:
@@ -149,6 +162,7 @@ class Optimizer {
   const std::string& configuration() const { return configuration_; }
 
   const ParameterSet& parameters() const { return params_; }
+  // The options the optimizer was built with, lr and weight_decay always set (defaults filled in).
   const CommonOptions& common_options() const { return common_; }
 
  protected:

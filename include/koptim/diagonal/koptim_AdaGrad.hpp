@@ -15,6 +15,8 @@ struct AdaGradOptions {
 
 class AdaGrad : public Impl::ElementwiseOptimizer {
  public:
+  // torch.optim.Adagrad's.
+  static constexpr double default_lr = 1e-2, default_weight_decay = 0.0;
   // With a communicator of several ranks the state is sharded (see ElementwiseOptimizer).
   AdaGrad(ParameterSet params, CommonOptions common, AdaGradOptions options = {},
           std::shared_ptr<comm::Communicator> comm = nullptr);

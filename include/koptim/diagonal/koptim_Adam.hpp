@@ -19,6 +19,8 @@ struct AdamOptions {
 
 class Adam : public Impl::ElementwiseOptimizer {
  public:
+  // torch.optim.Adam's (with decoupled_weight_decay, AdamW's: weight_decay 0.01).
+  static constexpr double default_lr = 1e-3, default_weight_decay = 0.0;
   // decoupled_weight_decay = true is AdamW.
   // With a communicator of several ranks the state is sharded (see ElementwiseOptimizer).
   Adam(ParameterSet params, CommonOptions common, AdamOptions options = {}, bool decoupled_weight_decay = false,
@@ -34,10 +36,11 @@ class Adam : public Impl::ElementwiseOptimizer {
   bool decoupled_;
 };
 
-// AdamW: Adam with decoupled weight decay. A parameter list's default weight_decay is torch's
-// 0.01; CommonOptions{} holds 0 for every optimizer, so set common.weight_decay here.
+// AdamW: Adam with decoupled weight decay.
 class AdamW : public Adam {
  public:
+  // torch.optim.AdamW's.
+  static constexpr double default_lr = 1e-3, default_weight_decay = 1e-2;
   AdamW(ParameterSet params, CommonOptions common, AdamOptions options = {},
         std::shared_ptr<comm::Communicator> comm = nullptr)
       : Adam(std::move(params), std::move(common), options, true, std::move(comm)) {}

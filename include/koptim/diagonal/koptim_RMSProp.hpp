@@ -17,6 +17,8 @@ struct RMSPropOptions {
 
 class RMSProp : public Impl::ElementwiseOptimizer {
  public:
+  // torch.optim.RMSprop's.
+  static constexpr double default_lr = 1e-2, default_weight_decay = 0.0;
   // With a communicator of several ranks the state is sharded (see ElementwiseOptimizer).
   RMSProp(ParameterSet params, CommonOptions common, RMSPropOptions options = {},
           std::shared_ptr<comm::Communicator> comm = nullptr);

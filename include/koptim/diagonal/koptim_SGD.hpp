@@ -17,6 +17,8 @@ struct SGDOptions {
 
 class SGD : public Impl::ElementwiseOptimizer {
  public:
+  // torch.optim.SGD's (a parameter list requires lr).
+  static constexpr double default_lr = 1e-3, default_weight_decay = 0.0;
   // With a communicator of several ranks the state is sharded (see ElementwiseOptimizer).
   SGD(ParameterSet params, CommonOptions common, SGDOptions options = {},
       std::shared_ptr<comm::Communicator> comm = nullptr);

@@ -88,7 +88,8 @@ enum class GefenP1SecondMoment { factored, full };
 const char* to_string(GefenPartitionRule r);
 const char* to_string(GefenP1SecondMoment m);
 
-// Gefen's own keys; lr and weight_decay are in CommonOptions (Gefen's default weight_decay is 0).
+// Gefen's own keys; lr and weight_decay are in CommonOptions (Gefen's defaults: default_lr,
+// default_weight_decay).
 struct GefenOptions {
   std::array<double, 2> betas = {0.9, 0.999};
   double eps                  = 1e-8;
@@ -121,6 +122,8 @@ struct GefenTensorInfo {
 
 class Gefen : public Optimizer {
  public:
+  // AdamW's lr; no weight decay (the reference's default).
+  static constexpr double default_lr = 1e-3, default_weight_decay = 0.0;
   // With a communicator of more than one rank the state is sharded by tensor (see above); the
   // constructor is then collective and checks that every rank passes the same parameters and
   // options.

@@ -100,6 +100,8 @@ void set_newton_iteration_limit(int limit);
 
 class Shampoo : public Optimizer {
  public:
+  // The reference implementation's lr; no weight decay.
+  static constexpr double default_lr = 1e-2, default_weight_decay = 0.0;
   // Without a communicator (or with one rank) every block is computed here. With one, the
   // ranks of each group of num_trainers_per_group ranks share the blocks (each keeps the state of
   // its own blocks only) and one all-gather per step shares their updates. Every rank must build

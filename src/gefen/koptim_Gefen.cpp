@@ -1096,7 +1096,6 @@ void Gefen::initialise(const ExecutionSpace& exec) {
   // tensor itself, and the histogram is a sum over tensors, so the counts of all ranks add up to
   // the counts of one process (exact in double below 2^53).
   std::vector<std::int64_t> h(gefen::histogram_bins, 0);
-  std::int64_t total = 0;
   // A failure on one rank (an allocation, a bad gradient) fails every rank before the collective
   // below, which the failing rank would never reach.
   Impl::run_together(comm_.get(), [&] {
@@ -1138,7 +1137,6 @@ void Gefen::initialise(const ExecutionSpace& exec) {
         using T = decltype(zero);
         gefen::accumulate_histogram(p.grad.flat<T>(), layouts[i].scale_block, counts);
       });
-      total += p.grad.size;
     }
     Kokkos::deep_copy(
         Kokkos::View<std::int64_t*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(h.data(), h.size()),
@@ -1147,16 +1145,18 @@ void Gefen::initialise(const ExecutionSpace& exec) {
       if (mine(i)) fresh->tensors[i] = TensorState(ps[i].name, ps[i].param.dtype, layouts[i]);
   });
   if (comm_) {
-    Kokkos::View<double*, MemorySpace> sum("koptim::Gefen::histogram_sum", gefen::histogram_bins + 1);
+    Kokkos::View<double*, MemorySpace> sum("koptim::Gefen::histogram_sum", gefen::histogram_bins);
     auto hs = Kokkos::create_mirror_view(sum);
     for (int b = 0; b < gefen::histogram_bins; ++b) hs(b) = static_cast<double>(h[b]);
-    hs(gefen::histogram_bins) = static_cast<double>(total);
     Kokkos::deep_copy(sum, hs);
     comm_->all_reduce_sum(sum);
     Kokkos::deep_copy(hs, sum);
     for (int b = 0; b < gefen::histogram_bins; ++b) h[b] = static_cast<std::int64_t>(hs(b));
-    total = static_cast<std::int64_t>(hs(gefen::histogram_bins));
   }
+  // The ratios counted: every element's, except (with nonfinite_gradient: unchecked) those of
+  // non-finite values, which the histogram leaves out.
+  std::int64_t total = 0;
+  for (const auto n : h) total += n;
   // From here on every rank works on the same global histogram, so the codebook is the same on
   // every rank; only an allocation can still fail on one rank alone.
   Impl::run_together(comm_.get(), [&] {
@@ -1165,7 +1165,7 @@ void Gefen::initialise(const ExecutionSpace& exec) {
       const auto c = gefen::codebook_from_histogram<float>(h);
       std::copy(c.begin(), c.end(), cb.begin());
     } else {
-      // Only empty tensors: any valid codebook will do.
+      // Only empty tensors, or (unchecked) no finite gradient value: any valid codebook will do.
       for (int k = 0; k < codebook_size; ++k) cb[k] = static_cast<float>(-1.0 + 2.0 * k / (codebook_size - 1));
     }
     fresh->set_codebook(cb, has_double_tensors(ps));

@@ -18,7 +18,7 @@ void visit_keys(O& o, V& v) {
            "(default) or variance_drop (gefen 1.1.1); with force_p1 only the default is accepted.");
   v.choice("p1_second_moment", o.p1_second_moment,
            "Expert: second moment of tensors with p = 1: factored (row/column estimate for tensors of 2+ dimensions "
-           "and >= 4096 elements, per element otherwise) or full (per element, as the reference).");
+           "of extent > 1 and >= 4096 elements, per element otherwise) or full (per element, as the reference).");
   v.boolean("force_p1", o.force_p1, "Expert: no second-moment sharing (p = 1 for every tensor).");
 }
 

@@ -506,6 +506,55 @@ TEST(Gefen, PerRowScalesShareOneSecondMomentPerRow) {
   }
 }
 
+// Double tensors with gradients near their limit (|g| just below sqrt(max), about 1.3e154, which
+// the check lets through): the sums of squares of a shared block, of a factored row and column,
+// and of the rows' moments stayed finite only for one such value; two in a block made its second
+// moment Inf (the block frozen, its state refused by import), a row of them made the factored
+// mean Inf and the row's parameters NaN. Now every second moment stays finite, the parameters
+// too, and the state exports and imports.
+TEST(Gefen, DoubleGradientsNearTheLimitKeepTheSecondMomentsFinite) {
+  const double big = 1.3e154;
+  ASSERT_LT(big, koptim::Impl::largest_squarable<double>());
+  for (const bool factored : {false, true}) {
+    TestTensor<double> w({64, 96}, "w");
+    koptim::ParameterSet params;
+    w.add_to(params, "w");
+    w.set(false, [](std::int64_t i) { return 0.01 * std::sin(0.1 * static_cast<double>(i)); });
+    // The first step: per-row scales (shared blocks of a row), or p = 1 (factored).
+    std::mt19937_64 rng(3);
+    std::normal_distribution<double> normal(0.0, 1.0);
+    std::vector<double> g(64 * 96);
+    for (int r = 0; r < 64; ++r) {
+      const double sc = std::exp(normal(rng));
+      for (int j = 0; j < 96; ++j) g[r * 96 + j] = sc * normal(rng);
+    }
+    w.set(true, [&](std::int64_t i) { return g[i]; });
+    auto opt =
+        make(params,
+             factored ? std::map<std::string, std::string>{{"force_p1", "true"}} : std::map<std::string, std::string>{},
+             1e-3, 0.0);
+    opt->step();
+    const auto info = gefen(opt).tensor_info().at(0);
+    ASSERT_EQ(info.second_moment, factored ? GefenSecondMoment::factored : GefenSecondMoment::shared);
+    // Then rows 0 and 1 all at +-big: a shared block of 96 such values, or two factored rows and
+    // every column sum with two.
+    w.set(true, [&](std::int64_t i) { return i < 2 * 96 ? (i % 2 ? big : -big) : g[i]; });
+    opt->step();
+    const auto state = opt->export_state();
+    for (const char* key : {"w/exp_avg_sq", "w/exp_avg_sq_row", "w/exp_avg_sq_col"}) {
+      if (!state.tensors.count(key)) continue;
+      for (const double x : values(state.tensors.at(key)))
+        ASSERT_TRUE(std::isfinite(x)) << key << (factored ? " factored" : " shared");
+    }
+    for (const double x : w.get()) ASSERT_TRUE(std::isfinite(x)) << (factored ? "factored" : "shared");
+    auto again =
+        make(params,
+             factored ? std::map<std::string, std::string>{{"force_p1", "true"}} : std::map<std::string, std::string>{},
+             1e-3, 0.0);
+    EXPECT_NO_THROW(again->import_state(state));
+  }
+}
+
 // A LayoutLeft (a, b) tensor is the row-major (b, a) tensor it is in memory: same choices,
 // same trajectory as a LayoutRight (b, a) tensor holding the transposed values.
 TEST(Gefen, LayoutLeftIsMemoryOrder) {

@@ -212,7 +212,34 @@ struct Tables {
   T bins;
 };
 
-// The per-block reductions of the step in one pass: the sum of g^2 (in double) and max |m|.
+// Sums of squares in double: of a float tensor (squares below 2^256) they never overflow; of a
+// double tensor n squares each below the largest double could, with |g| near its limit
+// sqrt(max) (about 1.3e154), leaving an Inf second moment (a block frozen, a factored row NaN).
+// So a double tensor's terms are taken times 2^-64 (exact: a power of two) and the mean times
+// 2^64 after the division: the same numbers as unscaled sums wherever those do not overflow.
+template <class T>
+struct SquareScale {
+  KOKKOS_INLINE_FUNCTION static constexpr double down() { return 1.0; }
+  KOKKOS_INLINE_FUNCTION static constexpr double up() { return 1.0; }
+};
+template <>
+struct SquareScale<double> {
+  KOKKOS_INLINE_FUNCTION static constexpr double down() { return 0x1p-64; }
+  KOKKOS_INLINE_FUNCTION static constexpr double up() { return 0x1p64; }
+};
+// g^2 as a term of such a sum.
+template <class T>
+KOKKOS_INLINE_FUNCTION double square_term(T g) {
+  return static_cast<double>(g) * static_cast<double>(g) * SquareScale<T>::down();
+}
+// The mean of n terms from their (scaled) sum.
+template <class T>
+KOKKOS_INLINE_FUNCTION double mean_of_terms(double sum, std::int64_t n) {
+  return sum / static_cast<double>(n) * SquareScale<T>::up();
+}
+
+// The per-block reductions of the step in one pass: the sum of g^2 (in double, square_term) and
+// max |m|.
 template <class T>
 struct BlockScan {
   Impl::Lanes<double, Impl::Plus> sum_sq;
@@ -240,7 +267,7 @@ struct StepEntry {
   T* v                     = nullptr;  // shared or full
   const T* R               = nullptr;  // factored
   const T* C               = nullptr;
-  const double* row_sum    = nullptr;  // factored: the sum of R, this step
+  const double* row_sum    = nullptr;  // factored: the sum of R (times SquareScale<T>::down()), this step
   std::int64_t S           = 1;        // elements per block (p, when shared)
   std::int64_t rows        = 0;
   std::int64_t cols        = 0;
@@ -560,16 +587,16 @@ KOKKOS_INLINE_FUNCTION typename MagnitudeInt<T>::type host_momenta(std::int64_t 
   return top;
 }
 
-// The sum of g[k]^2 over k in [0, n), in double, as Impl::team_lane_sum adds it: element k to lane
-// k % reduction_lanes, then the lanes in order (a loop the compiler vectorizes).
+// The sum of square_term(g[k]) over k in [0, n), in double, as Impl::team_lane_sum adds it:
+// element k to lane k % reduction_lanes, then the lanes in order (a loop the compiler vectorizes).
 template <class T>
 KOKKOS_INLINE_FUNCTION double host_sum_of_squares(std::int64_t n, const T* KOKKOS_RESTRICT g) {
   constexpr int W = Impl::reduction_lanes;
   double lane[W]  = {};
   std::int64_t k  = 0;
   for (; k + W <= n; k += W)
-    for (int l = 0; l < W; ++l) lane[l] += static_cast<double>(g[k + l]) * static_cast<double>(g[k + l]);
-  for (int l = 0; k < n; ++k, ++l) lane[l] += static_cast<double>(g[k]) * static_cast<double>(g[k]);
+    for (int l = 0; l < W; ++l) lane[l] += square_term(g[k + l]);
+  for (int l = 0; k < n; ++k, ++l) lane[l] += square_term(g[k]);
   double sum = 0.0;
   for (int l = 0; l < W; ++l) sum += lane[l];
   return sum;
@@ -625,7 +652,7 @@ KOKKOS_INLINE_FUNCTION BlockScan<T> scan_block(const Member& team, std::int64_t 
   BlockScan<T> scan;
   Impl::team_lane_reduce(team, n, scan, [&](BlockScan<T>& acc, int l, std::int64_t k) {
     const T gi = g[begin + k];
-    if (WithSum) acc.sum_sq.add(l, static_cast<double>(gi) * static_cast<double>(gi));
+    if (WithSum) acc.sum_sq.add(l, square_term(gi));
     acc.amax.add(l, Impl::abs(momentum(static_cast<T>(cb[idx[begin + k]]), absmax_old, gi, s.b1, s.one_minus_b1)));
   });
   return scan;
@@ -657,7 +684,7 @@ KOKKOS_INLINE_FUNCTION void host_shared_block(const StepEntry<T>& e, std::int64_
   double sum_sq = 0.0;
   T amax        = T(0);
   host_scan<true>(P, gb, ib, tb.codebook, old, s, m, sum_sq, amax);
-  const T vb    = e.v[b] * s.b2 + s.one_minus_b2 * static_cast<T>(sum_sq / static_cast<double>(P));
+  const T vb    = e.v[b] * s.b2 + s.one_minus_b2 * static_cast<T>(mean_of_terms<T>(sum_sq, P));
   const T scale = (s.neg_step_size * amax) / Impl::rms_denominator(vb, s.bc2_sqrt, s.eps);
   e.v[b]        = vb;
   const Normaliser<T> normal(amax);
@@ -682,7 +709,7 @@ KOKKOS_INLINE_FUNCTION void team_shared_block(const Member& team, const StepEntr
   const T vb0             = e.v[b];
   const BlockScan<T> scan = scan_block<true>(team, begin, P, e.g, e.idx, tb.codebook, old, s);
   const T amax            = scan.amax.result();
-  const T vb              = vb0 * s.b2 + s.one_minus_b2 * static_cast<T>(scan.sum_sq.result() / static_cast<double>(P));
+  const T vb              = vb0 * s.b2 + s.one_minus_b2 * static_cast<T>(mean_of_terms<T>(scan.sum_sq.result(), P));
   const T scale           = (s.neg_step_size * amax) / Impl::rms_denominator(vb, s.bc2_sqrt, s.eps);
   const Normaliser<T> normal(amax);
   Kokkos::parallel_for(Kokkos::TeamThreadRange(team, P), [&](const std::int64_t k) {
@@ -710,7 +737,7 @@ void update_factors(const ExecutionSpace& exec, const StepTable<T>& t, const typ
   const std::int64_t first = wave.factor_first;
   const std::int64_t last  = wave.factor_last;
   const auto row_moment    = [=] KOKKOS_FUNCTION(const FactorEntry<T>& f, std::int64_t r, double sum) {
-    f.R[r] = f.R[r] * b2 + one_minus_b2 * static_cast<T>(sum / static_cast<double>(f.cols));
+    f.R[r] = f.R[r] * b2 + one_minus_b2 * static_cast<T>(mean_of_terms<T>(sum, f.cols));
   };
   if constexpr (host_kernels) {
     Kokkos::parallel_for(
@@ -728,10 +755,7 @@ void update_factors(const ExecutionSpace& exec, const StepTable<T>& t, const typ
             const FactorEntry<T>& f = Impl::chunk_entry(rows, first, last, q);
             const std::int64_t r    = q - f.first_chunk;
             const T* g              = f.g + r * f.cols;
-            const double sum        = Impl::team_lane_sum(team, f.cols, [&](std::int64_t j) {
-              const double x = static_cast<double>(g[j]);
-              return x * x;
-            });
+            const double sum = Impl::team_lane_sum(team, f.cols, [&](std::int64_t j) { return square_term(g[j]); });
             Kokkos::single(Kokkos::PerTeam(team), [&]() { row_moment(f, r, sum); });
           });
     });
@@ -746,13 +770,10 @@ void update_factors(const ExecutionSpace& exec, const StepTable<T>& t, const typ
         const int width            = f.cols - j0 < factor_columns ? static_cast<int>(f.cols - j0) : factor_columns;
         double sum[factor_columns] = {};
         for (std::int64_t r = 0; r < f.rows; ++r) {
-          for (int k = 0; k < width; ++k) {
-            const double x = static_cast<double>(f.g[r * f.cols + j0 + k]);
-            sum[k] += x * x;
-          }
+          for (int k = 0; k < width; ++k) sum[k] += square_term(f.g[r * f.cols + j0 + k]);
         }
         for (int k = 0; k < width; ++k)
-          f.C[j0 + k] = f.C[j0 + k] * b2 + one_minus_b2 * static_cast<T>(sum[k] / static_cast<double>(f.rows));
+          f.C[j0 + k] = f.C[j0 + k] * b2 + one_minus_b2 * static_cast<T>(mean_of_terms<T>(sum[k], f.rows));
       });
   if constexpr (host_kernels) {
     Kokkos::parallel_for(
@@ -760,7 +781,7 @@ void update_factors(const ExecutionSpace& exec, const StepTable<T>& t, const typ
         KOKKOS_LAMBDA(const std::int64_t i) {
           const FactorEntry<T> f = rows(i);
           double acc             = 0.0;
-          for (std::int64_t r = 0; r < f.rows; ++r) acc += static_cast<double>(f.R[r]);
+          for (std::int64_t r = 0; r < f.rows; ++r) acc += static_cast<double>(f.R[r]) * SquareScale<T>::down();
           *f.row_sum = acc;
         });
   } else {
@@ -768,8 +789,8 @@ void update_factors(const ExecutionSpace& exec, const StepTable<T>& t, const typ
         "koptim::Gefen::row_sum", TeamPolicy(exec, static_cast<int>(last - first), Kokkos::AUTO),
         KOKKOS_LAMBDA(const Member& team) {
           const FactorEntry<T>& f = rows(first + team.league_rank());
-          const double sum =
-              Impl::team_lane_sum(team, f.rows, [&](std::int64_t r) { return static_cast<double>(f.R[r]); });
+          const double sum        = Impl::team_lane_sum(
+                     team, f.rows, [&](std::int64_t r) { return static_cast<double>(f.R[r]) * SquareScale<T>::down(); });
           Kokkos::single(Kokkos::PerTeam(team), [&]() { *f.row_sum = sum; });
         });
   }
@@ -814,7 +835,7 @@ KOKKOS_INLINE_FUNCTION void host_update_unshared(std::int64_t begin, std::int64_
 template <class T>
 KOKKOS_INLINE_FUNCTION double inverse_mean_row(const StepEntry<T>& e) {
   if (e.kind != GefenSecondMoment::factored) return 0.0;
-  const double mean_row = *e.row_sum / static_cast<double>(e.rows);
+  const double mean_row = mean_of_terms<T>(*e.row_sum, e.rows);  // row_sum holds R times SquareScale's down
   return mean_row > 0.0 ? 1.0 / mean_row : 0.0;
 }
 

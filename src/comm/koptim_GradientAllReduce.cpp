@@ -1,7 +1,10 @@
 #include <koptim/comm/koptim_GradientAllReduce.hpp>
 #include <koptim/core/impl/koptim_Profiling.hpp>
 
+#include <algorithm>
 #include <sstream>
+#include <string>
+#include <vector>
 
 namespace koptim {
 namespace comm {
@@ -13,14 +16,33 @@ GradientAllReducer::GradientAllReducer(std::shared_ptr<Communicator> comm, const
   if (!comm_) throw ConfigError("koptim::comm::GradientAllReducer: the communicator is null");
   // Ranks that planned different buckets would pair messages of different lengths: compare the
   // whole plan's inputs once, here, instead of on every step.
-  std::ostringstream signature;
-  signature << "bucket_bytes=" << bucket_bytes;
+  std::vector<std::string> lines{"bucket_bytes " + std::to_string(bucket_bytes)};
   for (const auto& p : params.parameters())
-    signature << '\n' << p.name << ' ' << to_string(p.grad.dtype) << ' ' << p.grad.size;
-  if (!comm_->same_on_all_ranks(signature.str())) {
+    lines.push_back("parameter '" + p.name + "' " + to_string(p.grad.dtype) + " " + std::to_string(p.grad.size));
+  std::string signature;
+  for (const auto& l : lines) signature += l + '\n';
+  if (!comm_->same_on_all_ranks(signature)) {
+    // Only on this failure path: rank 0's entries go to every rank, and the lowest rank that
+    // differs says where.
+    long long n = static_cast<long long>(signature.size());
+    MPI_Bcast(&n, 1, MPI_LONG_LONG, 0, comm_->mpi_comm());
+    std::string zero = comm_->rank() == 0 ? signature : std::string(static_cast<std::size_t>(n), '\0');
+    MPI_Bcast(&zero[0], static_cast<int>(n), MPI_CHAR, 0, comm_->mpi_comm());
+    std::vector<std::string> theirs;
+    std::istringstream in(zero);
+    for (std::string l; std::getline(in, l);) theirs.push_back(l);
+    std::string mine;
+    for (std::size_t k = 0; k < std::max(lines.size(), theirs.size()) && mine.empty(); ++k) {
+      const std::string a = k < lines.size() ? lines[k] : "(no entry)";
+      const std::string b = k < theirs.size() ? theirs[k] : "(no entry)";
+      if (a != b) mine = "entry " + std::to_string(k) + " is " + a + " where rank 0 has " + b;
+    }
+    const auto first = comm_->first_error(mine);
     throw ShapeError(
         "koptim::comm::GradientAllReducer: the ranks registered different parameters (names, scalar types, sizes or "
-        "order) or passed different bucket_bytes; every rank must register the same parameters in the same order");
+        "order) or passed different bucket_bytes (rank " +
+        std::to_string(first.first) + ": " + first.second +
+        "); every rank must register the same parameters in the same order");
   }
   if (bucket_bytes == 0) {
     throw ConfigError("koptim::comm::GradientAllReducer: bucket_bytes = 0 is not allowed; allowed: at least 1");

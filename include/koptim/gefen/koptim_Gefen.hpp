@@ -43,7 +43,8 @@
 //   full/factored: W_i <- W_i + (c codebook[idx_i] absmax_a) / (sqrt(v_i) / d + eps)
 // which is the AdamW update from the requantized momentum, in torch's Adam order of operations
 // (shared: one division per block). The block sums and maxima are team reductions: sums associate differently on each
-// backend (8 lanes on CPUs), maxima never do.
+// backend (8 lanes on CPUs), maxima never do. Device code keeps nvcc's default contraction into fused multiply-adds,
+// so a CUDA build's momenta (and, near a midpoint, indices and scales) may differ from a CPU build's in the last bit.
 //
 // Sharded state (a communicator of N > 1 ranks; the factory's shard_state): each rank keeps the
 // whole state of a subset of the tensors (blocks, partitions and scales are per tensor), chosen

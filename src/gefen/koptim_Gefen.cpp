@@ -20,6 +20,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <type_traits>
 
 namespace koptim {
 
@@ -216,7 +217,9 @@ struct Tables {
 // double tensor n squares each below the largest double could, with |g| near its limit
 // sqrt(max) (about 1.3e154), leaving an Inf second moment (a block frozen, a factored row NaN).
 // So a double tensor's terms are taken times 2^-64 (exact: a power of two) and the mean times
-// 2^64 after the division: the same numbers as unscaled sums wherever those do not overflow.
+// 2^64 after the division: the same numbers as unscaled sums wherever those do not overflow and
+// each scaled term is a normal double (|g| >= 2^-479, about 6e-145; R >= 2^-958); a smaller term
+// loses bits to subnormal rounding, negligible beside eps.
 template <class T>
 struct SquareScale {
   KOKKOS_INLINE_FUNCTION static constexpr double down() { return 1.0; }
@@ -796,6 +799,16 @@ void update_factors(const ExecutionSpace& exec, const StepTable<T>& t, const typ
   }
 }
 
+// The factored estimate R_r C_j / mean(R), in double, from inv_mean = 1 / mean(R) (0 while the
+// factors are all 0): (R_r C_j) inv_mean for a float tensor; for a double tensor R_r (C_j
+// inv_mean), since R_r C_j overflows once R and C pass about 1e154 (gradients of 1e77), while
+// C_j / mean(R) is at most the number of columns.
+template <class T>
+KOKKOS_INLINE_FUNCTION T factored_moment(T R, T C, double inv_mean) {
+  if constexpr (std::is_same<T, double>::value) return R * (C * inv_mean);
+  return static_cast<T>(static_cast<double>(R) * static_cast<double>(C) * inv_mean);
+}
+
 // How a p = 1 block gets each element's second moment.
 enum class Moment { full, factored_one_row, factored };
 
@@ -824,7 +837,7 @@ KOKKOS_INLINE_FUNCTION void host_update_unshared(std::int64_t begin, std::int64_
       v[i] = vi;
     } else {
       const std::int64_t r = K == Moment::factored_one_row ? row0 : i / cols;
-      vi = static_cast<T>(static_cast<double>(R[r]) * static_cast<double>(C[i - r * cols]) * inv_mean);
+      vi                   = factored_moment(R[r], C[i - r * cols], inv_mean);
     }
     w[i] = w[i] * s.decay +
            (s.neg_step_size * (static_cast<T>(cb[q]) * absmax)) / Impl::rms_denominator(vi, s.bc2_sqrt, s.eps);
@@ -898,7 +911,7 @@ KOKKOS_INLINE_FUNCTION void team_unshared_block(const Member& team, const StepEn
       e.v[i] = vi;
     } else {
       const std::int64_t r = one_row ? row0 : i / e.cols;
-      vi = static_cast<T>(static_cast<double>(e.R[r]) * static_cast<double>(e.C[i - r * e.cols]) * inv_mean);
+      vi                   = factored_moment(e.R[r], e.C[i - r * e.cols], inv_mean);
     }
     e.w[i] = e.w[i] * s.decay +
              (s.neg_step_size * (static_cast<T>(tb.codebook[q]) * amax)) / Impl::rms_denominator(vi, s.bc2_sqrt, s.eps);

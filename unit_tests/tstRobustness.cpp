@@ -358,6 +358,28 @@ TEST(Defects, UncheckedDoesNotCheckInGefenAndShampoo) {
   }
 }
 
+// Centered RMSProp's a - m^2 rounds below 0 for a nearly constant gradient: with float, alpha
+// 0.99 and g = 5.9 at step 1225 (torch 2.15 gives NaN there), with double, g = 0.1 at step 3226.
+// The parameters and the state stay finite.
+template <class T>
+void centered_rmsprop_constant_gradient(double g, int steps) {
+  Model<T> m;
+  auto l = list_for("RMSProp");
+  l.set("centered", true);
+  l.set("lr", 1e-3);
+  for (const double momentum : {0.0, 0.9}) {
+    l.set("momentum", momentum);
+    auto opt = koptim::create(m.params, l);
+    m.grads([=](std::int64_t) { return g; }, [=](std::int64_t) { return g; });
+    for (int s = 1; s <= steps; ++s) opt->step();
+    EXPECT_TRUE(all_finite(m.w.get())) << "momentum " << momentum;
+    std::string where;
+    EXPECT_TRUE(state_finite(opt->export_state(), where)) << where << ", momentum " << momentum;
+  }
+}
+TEST(Defects, CenteredRMSPropConstantGradientFloat) { centered_rmsprop_constant_gradient<float>(5.9, 1300); }
+TEST(Defects, CenteredRMSPropConstantGradientDouble) { centered_rmsprop_constant_gradient<double>(0.1, 3300); }
+
 // Gefen under unchecked with a first gradient of Inf only (every block's absmax Inf, every ratio
 // Inf / Inf): every ratio is left out of the codebook's histogram, which was then empty while the
 // elements were counted, and the first step threw "the histogram is empty" instead of taking the
@@ -374,7 +396,7 @@ TEST(Defects, UncheckedGefenFirstGradientWithoutAFiniteValue) {
   } no_trap;
 #endif
   Model<float> m;
-  auto opt = koptim::create(m.params, list_for("Gefen", "unchecked"));
+  auto opt         = koptim::create(m.params, list_for("Gefen", "unchecked"));
   const double inf = std::numeric_limits<double>::infinity();
   m.grads([=](std::int64_t i) { return i % 2 ? inf : -inf; }, [=](std::int64_t) { return inf; });
   EXPECT_NO_THROW(opt->step());

@@ -35,7 +35,13 @@ void rmsprop_kernel(const ExecutionSpace& exec, const Impl::PieceTable<T>& table
           T* const m = p.s[Momentum ? 2 : 1];
           const T mi = Impl::lerp(m[i], d, one_minus_alpha);
           m[i]       = mi;
-          denom      = Impl::sqrt(ai + (-mi) * mi) + eps;
+          // a - m^2 is a variance, but rounds below 0 for a nearly constant gradient (float, alpha
+          // 0.99, g = 5.9 at step 1225; torch then gives NaN): taken as 0 there, as it is. As
+          // max(a, m^2) - m^2, the same number as a - m^2 elsewhere; a select after the
+          // subtraction would let the compiler take the root of the negative value and discard
+          // it, raising an invalid-operation flag.
+          const T m2 = mi * mi;
+          denom      = Impl::sqrt(Impl::max(ai, m2) - m2) + eps;
         } else {
           denom = Impl::sqrt(ai) + eps;
         }

@@ -403,6 +403,33 @@ TEST(Defects, UncheckedGefenFirstGradientWithoutAFiniteValue) {
   EXPECT_EQ(opt->step_count(), 1);
 }
 
+// Shampoo compared |G|^2 (in double) with the largest float exactly, but its GEMMs sum the
+// squares in float, rounding (and with fused multiply-adds) up to (n + 2) units of roundoff above
+// the exact sum: a (2, 3) block whose |G|^2 is 3.4028234567e38, below the largest float by
+// 3e-9 relative, passed and could put Inf in a factor. Now refused, with the margin in the
+// message; a gradient a little smaller still passes.
+TEST(Defects, ShampooKeepsARoundingMarginBelowTheLargestFloat) {
+  TestTensor<float> w({2, 3}, "w");
+  koptim::ParameterSet ps;
+  w.add_to(ps, "w");
+  const double row[3] = {1.0872540522e19, 1.0042111276e19, 1.1010277444e19};
+  double sumsq        = 0;
+  for (const double x : row) sumsq += static_cast<double>(static_cast<float>(x)) * static_cast<float>(x);
+  ASSERT_LE(sumsq, static_cast<double>(std::numeric_limits<float>::max()));
+  auto opt = koptim::create(ps, list_for("Shampoo"));
+  w.set(true, [&](std::int64_t i) { return i < 3 ? row[i] : 0.0; });
+  const auto before = w.get();
+  expect_error<koptim::NonFiniteError>([&] { opt->step(); }, {"parameter 'w'", "less the rounding of a sum"});
+  EXPECT_EQ(w.get(), before);
+  EXPECT_EQ(opt->step_count(), 0);
+  // 0.9 of it passes, and the factors stay finite.
+  w.set(true, [&](std::int64_t i) { return i < 3 ? 0.9 * row[i] : 0.0; });
+  opt->step();
+  EXPECT_EQ(opt->step_count(), 1);
+  std::string where;
+  EXPECT_TRUE(state_finite(opt->export_state(), where)) << where;
+}
+
 // Shampoo named a non-finite gradient (here: finite, made Inf by L2 weight decay) a "squared
 // norm (inf)".
 TEST(Defects, ShampooNamesANonFiniteGradient) {

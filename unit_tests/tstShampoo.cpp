@@ -482,7 +482,7 @@ TEST(Shampoo, OverflowingFactorIsRejectedAndChangesNothing) {
   } catch (const koptim::NonFiniteError& e) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find("parameter 'layer.bias', block 0"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("would overflow to Inf"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("overflow to Inf"), std::string::npos) << msg;
     EXPECT_NE(msg.find("nothing was updated"), std::string::npos) << msg;
   }
   EXPECT_TRUE(opt->export_state() == state);

@@ -860,25 +860,31 @@ std::string ShampooBlocks<T>::prepare(const std::vector<double>& wds, bool check
     // The squares themselves: the factors' products G G^T are summed before their weight 1 - b2
     // scales them, and the grafting accumulators and E square each element before weighting it.
     // Every such product and partial sum is at most |G|^2 (Cauchy-Schwarz), so |G|^2 within T's
-    // range keeps them finite. A block without factors, E or squaring grafting forms no squares.
-    const double largest = static_cast<double>(std::numeric_limits<T>::max());
-    const bool squares   = !b.preconditioned.empty() || b.correction.size() > 0 || b.graft.size() > 0;
+    // range keeps them finite, up to the rounding of a sum of at most size terms in T, which can
+    // exceed the exact sum by size + 2 units of roundoff (relative): the limit keeps that margin
+    // (at least half the range), so a |G|^2 just below the largest T cannot round to Inf in a
+    // GEMM. A block without factors, E or squaring grafting forms no squares.
+    const double roundoff = std::numeric_limits<T>::epsilon() / 2;
+    const double largest  = static_cast<double>(std::numeric_limits<T>::max()) *
+                           std::max(0.5, 1.0 - (static_cast<double>(b.size) + 2.0) * roundoff);
+    const bool squares = !b.preconditioned.empty() || b.correction.size() > 0 || b.graft.size() > 0;
     if (squares && !(sumsq <= largest)) {
       std::ostringstream msg;
       msg << "koptim::Shampoo::step: " << b.where(ps_, layouts_) << ": the gradient's squared norm (" << sumsq
-          << ") is beyond the largest " << (std::is_same<T, float>::value ? "float" : "double") << " ("
-          << std::numeric_limits<T>::max()
-          << "): its squares would overflow to Inf in the factor matrices or second moments (a NaN or Inf "
-             "result); nothing was updated";
+          << ") is beyond " << largest << " (the largest " << (std::is_same<T, float>::value ? "float" : "double")
+          << ", " << std::numeric_limits<T>::max()
+          << ", less the rounding of a sum of the block's elements): its squares could overflow to Inf in the "
+             "factor matrices or second moments (a NaN or Inf result); nothing was updated";
       parameter = prm.name;
       return msg.str();
     }
     if (!b.preconditioned.empty() && !(trace <= largest)) {
       std::ostringstream msg;
       msg << "koptim::Shampoo::step: " << b.where(ps_, layouts_) << ": the gradient's squared norm (" << sumsq
-          << ") would take the trace of its factor matrices to " << trace << ", beyond the largest "
-          << (std::is_same<T, float>::value ? "float" : "double") << " (" << std::numeric_limits<T>::max()
-          << "): the factors would overflow to Inf (a NaN or Inf result); nothing was updated";
+          << ") would take the trace of its factor matrices to " << trace << ", beyond " << largest << " (the largest "
+          << (std::is_same<T, float>::value ? "float" : "double") << ", " << std::numeric_limits<T>::max()
+          << ", less the rounding of a sum of the block's elements): the factors could overflow to Inf (a NaN or "
+             "Inf result); nothing was updated";
       parameter = prm.name;
       return msg.str();
     }

@@ -186,6 +186,27 @@ TEST(GradientAllReduce, RanksWithDifferentParametersFailOnEveryRank) {
   }
 }
 
+// A name with a line break (allowed) cannot shift the comparison: the rank that differs is
+// named, not rank 0 against itself.
+TEST(GradientAllReduce, NamesWithLineBreaksDoNotConfuseTheMismatchReport) {
+  int rank = 0, size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  koptim::ParameterSet ps;
+  koptim_test::TestTensor<float> t({rank == size - 1 ? 8 : 7}, "t");
+  t.add_to(ps, "a\nb");
+  auto comm             = Communicator::create(MPI_COMM_WORLD);
+  const std::string msg = message_of([&] { GradientAllReducer(comm, ps, 1024); });
+  if (size == 1) {
+    EXPECT_EQ(msg, "");
+  } else {
+    EXPECT_NE(msg.find("(rank " + std::to_string(size - 1) +
+                       ": entry 1 is parameter 'a\nb' float32 8 where rank 0 has parameter 'a\nb' float32 7)"),
+              std::string::npos)
+        << msg;
+  }
+}
+
 TEST(GradientAllReduce, ZeroBucketBytesIsRejected) {
   Model m;
   auto comm             = Communicator::create(MPI_COMM_WORLD);

@@ -14,6 +14,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <sstream>
 #include <vector>
 
@@ -402,24 +403,14 @@ void Communicator::agree_on_arguments(const char* what, const std::vector<std::s
   for (std::size_t c : counts) mix(c);
   const Agreed a = agree_on_value(mpi_comm(), static_cast<long long>(h >> 2), local_error);
   if (a.lo != a.hi) {
-    // Only on this failure path: rank 0's counts go to every rank, and the lowest rank whose
-    // counts differ says where.
-    unsigned long long n0 = counts.size();
-    check_mpi(MPI_Bcast(&n0, 1, MPI_UNSIGNED_LONG_LONG, 0, mpi_comm()), "MPI_Bcast");
-    std::vector<unsigned long long> zero(counts.begin(), counts.end());
-    zero.resize(n0);
-    check_mpi(MPI_Bcast(zero.data(), static_cast<int>(n0), MPI_UNSIGNED_LONG_LONG, 0, mpi_comm()), "MPI_Bcast");
-    std::ostringstream mine;
-    if (counts.size() != n0) {
-      mine << counts.size() << " counts where rank 0 passes " << n0;
-    } else {
-      for (std::size_t i = 0; i < counts.size(); ++i)
-        if (counts[i] != zero[i]) {
-          mine << "counts[" << i << "] = " << counts[i] << " where rank 0 passes " << zero[i];
-          break;
-        }
-    }
-    const auto first = lowest_failing(mpi_comm(), rank(), size(), mine.str());
+    // Only on this failure path: where the counts differ from rank 0's.
+    std::vector<std::string> mine;
+    for (const std::size_t c : counts) mine.push_back(std::to_string(c));
+    const auto first = Impl::first_difference_from_rank0(
+        *this, mine, [](std::size_t k, const std::string* m, const std::string* zero, std::size_t n, std::size_t n0) {
+          if (n != n0) return std::to_string(n) + " counts where rank 0 passes " + std::to_string(n0);
+          return "counts[" + std::to_string(k) + "] = " + *m + " where rank 0 passes " + *zero;
+        });
     throw ShapeError(std::string("koptim::comm::Communicator::") + what + ": the ranks pass different counts (rank " +
                      std::to_string(first.first) + ": " + first.second +
                      "); every rank must pass the same counts, one per rank (rank r's block size)");
@@ -460,6 +451,39 @@ std::pair<std::shared_ptr<Communicator>, std::shared_ptr<Communicator>> Communic
 }  // namespace comm
 
 namespace Impl {
+
+std::pair<int, std::string> first_difference_from_rank0(
+    const comm::Communicator& comm, const std::vector<std::string>& entries,
+    const std::function<std::string(std::size_t, const std::string*, const std::string*, std::size_t, std::size_t)>&
+        describe) {
+  // Rank 0's entries as one buffer: their number and lengths (64-bit words), then their bytes.
+  std::vector<std::uint64_t> head{entries.size()};
+  std::string bytes;
+  for (const auto& e : entries) head.push_back(e.size()), bytes += e;
+  std::uint64_t sizes[2] = {head.size(), bytes.size()};
+  comm::check_mpi(MPI_Bcast(sizes, 2, MPI_UINT64_T, 0, comm.mpi_comm()), "MPI_Bcast");
+  head.resize(sizes[0]);
+  bytes.resize(sizes[1]);
+  // In pieces: MPI's counts are int.
+  auto broadcast = [&](void* data, std::size_t n, MPI_Datatype type, std::size_t unit) {
+    const std::size_t piece = std::size_t(1) << 30;
+    for (std::size_t off = 0; off < n; off += piece)
+      comm::check_mpi(MPI_Bcast(static_cast<char*>(data) + off * unit, static_cast<int>(std::min(piece, n - off)), type,
+                                0, comm.mpi_comm()),
+                      "MPI_Bcast");
+  };
+  broadcast(head.data(), head.size(), MPI_UINT64_T, sizeof(std::uint64_t));
+  broadcast(&bytes[0], bytes.size(), MPI_CHAR, 1);
+  std::vector<std::string> zero;
+  for (std::size_t k = 0, at = 0; k < head[0]; at += head[k + 1], ++k) zero.push_back(bytes.substr(at, head[k + 1]));
+  std::string local;
+  for (std::size_t k = 0; k < std::max(entries.size(), zero.size()) && local.empty(); ++k) {
+    const std::string* m  = k < entries.size() ? &entries[k] : nullptr;
+    const std::string* z0 = k < zero.size() ? &zero[k] : nullptr;
+    if (!m || !z0 || *m != *z0) local = describe(k, m, z0, entries.size(), zero.size());
+  }
+  return comm.first_error(local);
+}
 
 bool mpi_reports_cuda_support() {
   // An override for MPIs without a query (Cray MPICH, MVAPICH2): KOPTIM_MPI_CUDA_AWARE=0/1.

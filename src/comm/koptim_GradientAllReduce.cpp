@@ -1,7 +1,6 @@
 #include <koptim/comm/koptim_GradientAllReduce.hpp>
 #include <koptim/core/impl/koptim_Profiling.hpp>
 
-#include <algorithm>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -19,25 +18,15 @@ GradientAllReducer::GradientAllReducer(std::shared_ptr<Communicator> comm, const
   std::vector<std::string> lines{"bucket_bytes " + std::to_string(bucket_bytes)};
   for (const auto& p : params.parameters())
     lines.push_back("parameter '" + p.name + "' " + to_string(p.grad.dtype) + " " + std::to_string(p.grad.size));
-  std::string signature;
-  for (const auto& l : lines) signature += l + '\n';
+  std::string signature;  // length-prefixed, so that no name can run into the next
+  for (const auto& l : lines) signature += std::to_string(l.size()) + ':' + l;
   if (!comm_->same_on_all_ranks(signature)) {
-    // Only on this failure path: rank 0's entries go to every rank, and the lowest rank that
-    // differs says where.
-    long long n = static_cast<long long>(signature.size());
-    MPI_Bcast(&n, 1, MPI_LONG_LONG, 0, comm_->mpi_comm());
-    std::string zero = comm_->rank() == 0 ? signature : std::string(static_cast<std::size_t>(n), '\0');
-    MPI_Bcast(&zero[0], static_cast<int>(n), MPI_CHAR, 0, comm_->mpi_comm());
-    std::vector<std::string> theirs;
-    std::istringstream in(zero);
-    for (std::string l; std::getline(in, l);) theirs.push_back(l);
-    std::string mine;
-    for (std::size_t k = 0; k < std::max(lines.size(), theirs.size()) && mine.empty(); ++k) {
-      const std::string a = k < lines.size() ? lines[k] : "(no entry)";
-      const std::string b = k < theirs.size() ? theirs[k] : "(no entry)";
-      if (a != b) mine = "entry " + std::to_string(k) + " is " + a + " where rank 0 has " + b;
-    }
-    const auto first = comm_->first_error(mine);
+    // Only on this failure path: where this rank's entries differ from rank 0's.
+    const auto first = Impl::first_difference_from_rank0(
+        *comm_, lines, [](std::size_t k, const std::string* mine, const std::string* zero, std::size_t, std::size_t) {
+          return "entry " + std::to_string(k) + " is " + (mine ? *mine : "(no entry)") + " where rank 0 has " +
+                 (zero ? *zero : "(no entry)");
+        });
     throw ShapeError(
         "koptim::comm::GradientAllReducer: the ranks registered different parameters (names, scalar types, sizes or "
         "order) or passed different bucket_bytes (rank " +

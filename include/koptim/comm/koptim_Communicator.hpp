@@ -23,6 +23,7 @@
 #include <array>
 #include <cstddef>
 #include <exception>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -197,6 +198,16 @@ bool mpi_reports_cuda_support();
 // The NCCL backend, defined in src/comm/koptim_NcclCommunicator.cpp (compiled only when koptim
 // is built with NCCL). Takes ownership of dup. Collective over dup.
 std::shared_ptr<comm::Communicator> make_nccl_communicator(MPI_Comm dup);
+
+// For ranks known to disagree on a list of entries (after a cheaper comparison): rank 0's entries
+// reach every rank (length-prefixed: any bytes), each rank compares its own with them, and the
+// lowest rank that differs says where, on every rank. describe(k, mine, rank0s, n_mine, n_rank0s)
+// names the first entry k that differs (mine or rank0s null past the end of its list). Returns
+// {that rank, its description}; {-1, ""} when every rank has rank 0's entries. Collective.
+std::pair<int, std::string> first_difference_from_rank0(
+    const comm::Communicator& comm, const std::vector<std::string>& entries,
+    const std::function<std::string(std::size_t, const std::string*, const std::string*, std::size_t, std::size_t)>&
+        describe);
 
 // Throws ConfigError on every rank when the ranks of comm do not describe the same optimizer
 // (parameters and configuration, as summarised by descriptor): never a hang or a silent mismatch.

@@ -153,6 +153,14 @@ TEST(KeyRanges, EveryDocumentedRangeIsTheAcceptedRange) {
         EXPECT_NE(message.find("is required with lr_schedule type"), std::string::npos) << message;
         continue;
       }
+      // lr and weight_decay beyond the largest float: refused for these float parameters (the
+      // documented range says so).
+      if (p.expected && (p.path == "lr" || p.path == "weight_decay") &&
+          p.value > static_cast<double>(std::numeric_limits<float>::max())) {
+        EXPECT_FALSE(built) << describe(p);
+        EXPECT_NE(message.find("is beyond the largest float"), std::string::npos) << message;
+        continue;
+      }
       // num_trainers_per_group must also divide the number of ranks: one process here, so 1 or -1.
       const bool one_process = p.expected && p.path == "num_trainers_per_group" && p.value != 1.0 && p.value != -1.0;
       if (one_process) {

@@ -380,6 +380,25 @@ void centered_rmsprop_constant_gradient(double g, int steps) {
 TEST(Defects, CenteredRMSPropConstantGradientFloat) { centered_rmsprop_constant_gradient<float>(5.9, 1300); }
 TEST(Defects, CenteredRMSPropConstantGradientDouble) { centered_rmsprop_constant_gradient<double>(0.1, 3300); }
 
+// lr and weight_decay are accepted up to 1e300, but the kernels round them to the parameter's
+// type: for a float parameter a weight_decay of 1e39 was Inf (L2: g + Inf * 0 = NaN, no error).
+// Refused for groups with float parameters, naming the group and the parameter; double
+// parameters keep the whole range.
+TEST(Defects, LrOrWeightDecayBeyondFloatIsRefusedForFloatParameters) {
+  for (const char* name : {"SGD", "Adam", "AdamW", "Gefen", "Shampoo"}) {
+    for (const char* key : {"lr", "weight_decay"}) {
+      auto l = list_for(name);
+      l.set(key, 1e39);
+      Model<float> f;
+      expect_error<koptim::ConfigError>([&] { koptim::create(f.params, l); },
+                                        {std::string(key) + " = 1e+39 of group 'default'", "parameter 'w'",
+                                         "allowed for float32 parameters: 0 to 3.40282"});
+      Model<double> d;
+      EXPECT_NO_THROW(koptim::create(d.params, l)) << name << " " << key;
+    }
+  }
+}
+
 // Gefen under unchecked with a first gradient of Inf only (every block's absmax Inf, every ratio
 // Inf / Inf): every ratio is left out of the codebook's histogram, which was then empty while the
 // elements were counted, and the first step threw "the histogram is empty" instead of taking the

@@ -63,8 +63,9 @@ void add(ParameterList& l, const std::string& key, const T& value, const std::st
 }
 
 void add_common(ParameterList& l, double lr, double weight_decay, const std::string& decay_doc) {
-  add(l, "lr", lr, "Learning rate (groups may override it).", V::real(R::lr));
-  add(l, "weight_decay", weight_decay, decay_doc + " (groups may override it).", V::real(R::weight_decay));
+  add(l, "lr", lr, "Learning rate (groups may override it; at most 3.4e38 for float32 parameters).", V::real(R::lr));
+  add(l, "weight_decay", weight_decay, decay_doc + " (groups may override it; at most 3.4e38 for float32 parameters).",
+      V::real(R::weight_decay));
   Impl::ListWriter(l).choice(
       "nonfinite_gradient", CommonOptions{}.nonfinite_gradient,
       "What a gradient with a NaN or Inf (or, except for SGD, a value whose square overflows its type) does: error "
@@ -168,7 +169,8 @@ const std::vector<Entry>& entries() {
        [](ParameterList& l) {
          add_common(l, SGD::default_lr, SGD::default_weight_decay, "L2 weight decay: G <- G + weight_decay W");
          add_shard_key(l);
-         l.getEntryRCP("lr")->setDocString("Learning rate. Required for SGD (groups may override it).");
+         l.getEntryRCP("lr")->setDocString(
+             "Learning rate. Required for SGD (groups may override it; at most 3.4e38 for float32 parameters).");
          Impl::add_option_keys(l, SGDOptions{});
        },
        {"lr"},

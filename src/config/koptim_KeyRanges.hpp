@@ -31,7 +31,8 @@ inline constexpr Range decay           = closed_open(0.0, 1.0);  // a moving ave
 inline constexpr Range count_from_zero = closed(0.0, int_max);
 inline constexpr Range count_from_one  = closed(1.0, int_max);
 
-// Every optimizer: lr and weight_decay (an update lr * g stays finite).
+// Every optimizer: lr and weight_decay (finite in double; the Optimizer base class also refuses,
+// for a group with float32 parameters, values beyond the largest float).
 inline constexpr Range lr           = closed_open(0.0, 1e300);
 inline constexpr Range weight_decay = closed_open(0.0, 1e300);
 // lr_schedule.

@@ -438,7 +438,8 @@ TEST(Defects, ShampooKeepsARoundingMarginBelowTheLargestFloat) {
   auto opt = koptim::create(ps, list_for("Shampoo"));
   w.set(true, [&](std::int64_t i) { return i < 3 ? row[i] : 0.0; });
   const auto before = w.get();
-  expect_error<koptim::NonFiniteError>([&] { opt->step(); }, {"parameter 'w'", "less the rounding of a sum"});
+  expect_error<koptim::NonFiniteError>([&] { opt->step(); },
+                                       {"parameter 'w'", "less the rounding of the factors' sums"});
   EXPECT_EQ(w.get(), before);
   EXPECT_EQ(opt->step_count(), 0);
   // 0.9 of it passes, and the factors stay finite.

@@ -466,7 +466,7 @@ std::pair<int, std::string> first_difference_from_rank0(
   bytes.resize(sizes[1]);
   // In pieces: MPI's counts are int.
   auto broadcast = [&](void* data, std::size_t n, MPI_Datatype type, std::size_t unit) {
-    const std::size_t piece = std::size_t(1) << 30;
+    const std::size_t piece = std::min<std::size_t>(std::size_t(1) << 30, Impl::mpi_count_limit());
     for (std::size_t off = 0; off < n; off += piece)
       comm::check_mpi(MPI_Bcast(static_cast<char*>(data) + off * unit, static_cast<int>(std::min(piece, n - off)), type,
                                 0, comm.mpi_comm()),

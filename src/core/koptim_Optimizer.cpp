@@ -32,8 +32,9 @@ Optimizer::Optimizer(std::string name, ParameterSet params, CommonOptions common
                           " is not set, and this optimizer has no default for it");
     Impl::require(name_, "lr", *common_.lr, Impl::ranges::lr);
     Impl::require(name_, "weight_decay", *common_.weight_decay, Impl::ranges::weight_decay);
-    // The kernels round lr and weight_decay (and the values made of them) to the parameter's
-    // type: beyond the largest float they would be Inf for a float parameter.
+    // The kernels round lr and weight_decay (or values made of them) to the parameter's type:
+    // beyond the largest float they are Inf for a float parameter. (Values made of them, such as
+    // lr / (1 - b1^t), can still overflow with extreme settings; not checked.)
     for (const auto& p : params_.parameters()) {
       if (p.param.dtype != ScalarType::float32) continue;
       const double largest   = static_cast<double>(std::numeric_limits<float>::max());
@@ -41,9 +42,10 @@ Optimizer::Optimizer(std::string name, ParameterSet params, CommonOptions common
       for (int k = 0; k < 2; ++k) {
         if (values[k] <= largest) continue;
         std::ostringstream m;
-        m << "koptim::" << name_ << ": " << (k == 0 ? "lr" : "weight_decay") << " = " << values[k] << " of group '"
-          << params_.groups().at(p.group).name << "' is beyond the largest float (" << largest
-          << "), the scalar type of its parameter '" << p.name << "'; allowed for float32 parameters: 0 to " << largest;
+        m << "koptim::" << name_ << ": " << (k == 0 ? "lr" : "weight_decay") << " = " << Impl::real_string(values[k])
+          << " of group '" << params_.groups().at(p.group).name << "' is beyond the largest float ("
+          << Impl::real_string(largest) << "), the scalar type of its parameter '" << p.name
+          << "'; allowed for float32 parameters: 0 to " << Impl::real_string(largest);
         throw ConfigError(m.str());
       }
     }

@@ -37,11 +37,13 @@ void rmsprop_kernel(const ExecutionSpace& exec, const Impl::PieceTable<T>& table
           m[i]       = mi;
           // a - m^2 is a variance, but rounds below 0 for a nearly constant gradient (float, alpha
           // 0.99, g = 5.9 at step 1225; torch then gives NaN): taken as 0 there, as it is. As
-          // max(a, m^2) - m^2, the same number as a - m^2 elsewhere; a select after the
-          // subtraction would let the compiler take the root of the negative value and discard
-          // it, raising an invalid-operation flag.
-          const T m2 = mi * mi;
-          denom      = Impl::sqrt(Impl::max(ai, m2) - m2) + eps;
+          // max(a, m^2) - m^2, the same number as a - m^2 elsewhere and never below 0 without
+          // contraction (host code), so that no root of a negative value is taken and discarded
+          // (an invalid-operation flag); clamped once more where a compiler fuses the
+          // subtraction with m * m (nvcc's default): its exact m^2 may exceed the rounded one.
+          const T m2  = mi * mi;
+          const T var = Impl::max(ai, m2) - m2;
+          denom       = Impl::sqrt(Impl::max(var, T(0))) + eps;
         } else {
           denom = Impl::sqrt(ai) + eps;
         }

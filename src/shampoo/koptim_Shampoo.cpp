@@ -543,6 +543,17 @@ class ShampooBlocks {
   double factor_w_;  // the factors' weight rule: 1 - b2 when b2 < 1, else 1 (also for E)
   // trace(L_j) after this step's update (see BlockState::trace).
   double next_trace(const BlockState<T>& b) const { return b2_ * b.trace + factor_w_ * b.sumsq; }
+  // The largest |G|^2 and trace a block may reach: the largest T less the rounding of the sums in
+  // T that form its factors (each entry of a mode's Gram matrix sums size / n_j squares, at most
+  // size / min_j n_j; such a sum can exceed the exact one by terms + 2 units of roundoff,
+  // relative), and at least half the range, so that no GEMM rounds up to Inf.
+  static double squares_limit(const BlockState<T>& b) {
+    std::int64_t smallest = 1;
+    if (!b.shape.empty()) smallest = std::max<std::int64_t>(1, *std::min_element(b.shape.begin(), b.shape.end()));
+    const double terms    = static_cast<double>(b.size) / static_cast<double>(smallest);
+    const double roundoff = std::numeric_limits<T>::epsilon() / 2;
+    return static_cast<double>(std::numeric_limits<T>::max()) * std::max(0.5, 1.0 - (terms + 2.0) * roundoff);
+  }
   std::int64_t start_;
   std::vector<BlockState<T>> blocks_;
   std::map<std::int64_t, BankSet> banks_;
@@ -860,31 +871,27 @@ std::string ShampooBlocks<T>::prepare(const std::vector<double>& wds, bool check
     // The squares themselves: the factors' products G G^T are summed before their weight 1 - b2
     // scales them, and the grafting accumulators and E square each element before weighting it.
     // Every such product and partial sum is at most |G|^2 (Cauchy-Schwarz), so |G|^2 within T's
-    // range keeps them finite, up to the rounding of a sum of at most size terms in T, which can
-    // exceed the exact sum by size + 2 units of roundoff (relative): the limit keeps that margin
-    // (at least half the range), so a |G|^2 just below the largest T cannot round to Inf in a
-    // GEMM. A block without factors, E or squaring grafting forms no squares.
-    const double roundoff = std::numeric_limits<T>::epsilon() / 2;
-    const double largest  = static_cast<double>(std::numeric_limits<T>::max()) *
-                           std::max(0.5, 1.0 - (static_cast<double>(b.size) + 2.0) * roundoff);
-    const bool squares = !b.preconditioned.empty() || b.correction.size() > 0 || b.graft.size() > 0;
+    // range, less the rounding of the Gram sums (squares_limit), keeps them finite. A block
+    // without factors, E or squaring grafting forms no squares.
+    const double largest = squares_limit(b);
+    const bool squares   = !b.preconditioned.empty() || b.correction.size() > 0 || b.graft.size() > 0;
+    const char* type     = std::is_same<T, float>::value ? "float" : "double";
     if (squares && !(sumsq <= largest)) {
       std::ostringstream msg;
-      msg << "koptim::Shampoo::step: " << b.where(ps_, layouts_) << ": the gradient's squared norm (" << sumsq
-          << ") is beyond " << largest << " (the largest " << (std::is_same<T, float>::value ? "float" : "double")
-          << ", " << std::numeric_limits<T>::max()
-          << ", less the rounding of a sum of the block's elements): its squares could overflow to Inf in the "
-             "factor matrices or second moments (a NaN or Inf result); nothing was updated";
+      msg << "koptim::Shampoo::step: " << b.where(ps_, layouts_) << ": the gradient's squared norm ("
+          << Impl::real_string(sumsq) << ") is beyond " << Impl::real_string(largest) << " (the largest " << type
+          << " less the rounding of the factors' sums): its squares could overflow to Inf in the factor matrices or "
+             "second moments (a NaN or Inf result); nothing was updated";
       parameter = prm.name;
       return msg.str();
     }
     if (!b.preconditioned.empty() && !(trace <= largest)) {
       std::ostringstream msg;
-      msg << "koptim::Shampoo::step: " << b.where(ps_, layouts_) << ": the gradient's squared norm (" << sumsq
-          << ") would take the trace of its factor matrices to " << trace << ", beyond " << largest << " (the largest "
-          << (std::is_same<T, float>::value ? "float" : "double") << ", " << std::numeric_limits<T>::max()
-          << ", less the rounding of a sum of the block's elements): the factors could overflow to Inf (a NaN or "
-             "Inf result); nothing was updated";
+      msg << "koptim::Shampoo::step: " << b.where(ps_, layouts_) << ": the gradient's squared norm ("
+          << Impl::real_string(sumsq) << ") would take the trace of its factor matrices to " << Impl::real_string(trace)
+          << ", beyond " << Impl::real_string(largest) << " (the largest " << type
+          << " less the rounding of the factors' sums): the factors could overflow to Inf (a NaN or Inf result); "
+             "nothing was updated";
       parameter = prm.name;
       return msg.str();
     }
@@ -1402,11 +1409,12 @@ void ShampooBlocks<T>::check_entries(const OptimizerState& s, Optimizer::StateKe
     held.reals.insert(k + "/trace");
     auto tr = s.reals.find(k + "/trace");
     if (tr == s.reals.end()) throw StateError(who + "the state has no real '" + k + "/trace'");
-    if (!Impl::is_finite(tr->second) || tr->second < 0.0 ||
-        tr->second > static_cast<double>(std::numeric_limits<T>::max())) {
+    if (!Impl::is_finite(tr->second) || tr->second < 0.0 || tr->second > squares_limit(b)) {
       std::ostringstream m;
-      m << who << "real '" << k << "/trace' = " << tr->second << " is not allowed; allowed: finite values >= 0 up to "
-        << std::numeric_limits<T>::max() << " (the trace of the block's factor matrices)";
+      m << who << "real '" << k << "/trace' = " << Impl::real_string(tr->second)
+        << " is not allowed; allowed: finite values >= 0 up to " << Impl::real_string(squares_limit(b))
+        << " (the trace of the block's factor matrices; the largest "
+        << (std::is_same<T, float>::value ? "float" : "double") << " less the rounding of the factors' sums)";
       throw StateError(m.str());
     }
     for (std::size_t j = 0; j < b.factors.size(); ++j) {
@@ -1469,8 +1477,9 @@ Shampoo::Shampoo(ParameterSet params, CommonOptions common, ShampooOptions optio
                 comm.get()),
       options_(std::move(options)),
       comm_(std::move(comm)) {
-  // The trace bound of each block (ShampooBlocks::prepare) refuses exactly the gradients that
-  // would overflow a factor; the element-wise check before it refuses only NaN and Inf.
+  // The trace bound of each block (ShampooBlocks::prepare) refuses the gradients that could
+  // overflow a factor (with a margin for rounding); the element-wise check before it refuses only
+  // NaN and Inf.
   refuse_overflowing_squares(false);
   const auto& o        = options_;
   namespace R          = Impl::ranges::shampoo;

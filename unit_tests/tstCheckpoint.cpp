@@ -406,17 +406,23 @@ TEST(Checkpoint, RefusesBadFilesAndChangesNothing) {
     EXPECT_GE(H5Ocopy(f, "parameters/b1", f, "parameters/b1_copy", H5P_DEFAULT, H5P_DEFAULT), 0);
   });
   expect_refused(copied, *opt, m, {"/parameters/b1", "holds parameter 'b1', as an earlier group does"});
-  auto unsigned_attribute = [](hid_t f, const char* object, const char* name) {
-    const hid_t o               = H5Oopen(f, object, H5P_DEFAULT);
-    const hid_t space           = H5Screate(H5S_SCALAR);
-    const std::uint64_t too_big = (std::uint64_t(1) << 63) + 12345;
-    const hid_t a               = H5Acreate2(o, name, H5T_STD_U64LE, space, H5P_DEFAULT, H5P_DEFAULT);
+  // A scalar attribute of the given HDF5 type, written from value (of mem_type).
+  auto scalar_attribute = [](hid_t f, const char* object, const char* name, hid_t type, hid_t mem_type,
+                             const void* value) {
+    const hid_t o     = H5Oopen(f, object, H5P_DEFAULT);
+    const hid_t space = H5Screate(H5S_SCALAR);
+    const hid_t a     = H5Acreate2(o, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
     EXPECT_GE(a, 0);
-    EXPECT_GE(H5Awrite(a, H5T_NATIVE_UINT64, &too_big), 0);
+    EXPECT_GE(H5Awrite(a, mem_type, value), 0);
     H5Aclose(a);
     H5Sclose(space);
     H5Oclose(o);
   };
+  auto unsigned_attribute = [&](hid_t f, const char* object, const char* name) {
+    const std::uint64_t too_big = (std::uint64_t(1) << 63) + 12345;
+    scalar_attribute(f, object, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, &too_big);
+  };
+
   const std::string big_meta = edited("unsigned_metadata", [&](hid_t f) { unsigned_attribute(f, "metadata", "seed"); });
   expect_refused(big_meta, *opt, m, {"attribute 'seed' of /metadata = 9223372036854788153", "signed 64-bit"});
   expect_error([&] { koptim::io::read_checkpoint_metadata(big_meta); }, {"9223372036854788153"});
@@ -446,17 +452,11 @@ TEST(Checkpoint, RefusesBadFilesAndChangesNothing) {
   // Floating-point layouts koptim never writes, which HDF5 would convert, rounding: a long double
   // (16 bytes here) in the metadata and in the state, a parameter stored as 4-byte floats with
   // another exponent bias.
-  auto long_double_attribute = [](hid_t f, const char* object, const char* name) {
-    const hid_t o       = H5Oopen(f, object, H5P_DEFAULT);
-    const hid_t space   = H5Screate(H5S_SCALAR);
+  auto long_double_attribute = [&](hid_t f, const char* object, const char* name) {
     const long double v = 1.0L + 1e-19L;  // not a double
-    const hid_t a       = H5Acreate2(o, name, H5T_NATIVE_LDOUBLE, space, H5P_DEFAULT, H5P_DEFAULT);
-    EXPECT_GE(a, 0);
-    EXPECT_GE(H5Awrite(a, H5T_NATIVE_LDOUBLE, &v), 0);
-    H5Aclose(a);
-    H5Sclose(space);
-    H5Oclose(o);
+    scalar_attribute(f, object, name, H5T_NATIVE_LDOUBLE, H5T_NATIVE_LDOUBLE, &v);
   };
+
   const std::string ld_meta =
       edited("long_double_metadata", [&](hid_t f) { long_double_attribute(f, "metadata", "x"); });
   expect_refused(ld_meta, *opt, m, {"attribute 'x' of /metadata is a", "other than IEEE binary32 or binary64"});

@@ -399,6 +399,30 @@ TEST(Defects, LrOrWeightDecayBeyondFloatIsRefusedForFloatParameters) {
   }
 }
 
+// The range follows each parameter's own group: a group of double parameters may take an lr
+// beyond the largest float while the default group holds float ones; the same lr on a group
+// that also holds a float parameter is refused, naming that group and parameter.
+TEST(Defects, LrBeyondFloatFollowsEachParametersGroup) {
+  for (const bool float_in_big : {false, true}) {
+    TestTensor<float> w({4, 3}, "w");
+    TestTensor<double> d({5}, "d");
+    TestTensor<float> f({2}, "f");
+    koptim::ParameterSet ps;
+    const int big = ps.add_group("big", {1e39, std::nullopt});
+    w.add_to(ps, "w");
+    d.add_to(ps, "d", big);
+    if (float_in_big) f.add_to(ps, "f", big);
+    for (const char* name : {"AdamW", "Shampoo"}) {
+      if (float_in_big) {
+        expect_error<koptim::ConfigError>([&] { koptim::create(ps, list_for(name)); },
+                                          {"lr = 1e+39 of group 'big'", "parameter 'f'"});
+      } else {
+        EXPECT_NO_THROW(koptim::create(ps, list_for(name))) << name;
+      }
+    }
+  }
+}
+
 // Gefen under unchecked with a first gradient of Inf only (every block's absmax Inf, every ratio
 // Inf / Inf): every ratio is left out of the codebook's histogram, which was then empty while the
 // elements were counted, and the first step threw "the histogram is empty" instead of taking the

@@ -117,56 +117,27 @@ class MpiCommunicator final : public koptim::Impl::TypedCommunicator<MpiCommunic
     }
   }
 
-  // The in-place all-gather of blocks of count elements on host-readable or CUDA-aware memory.
-  // MPI counts are int: blocks of more elements are gathered as each rank's broadcast of its own
-  // block in pieces (of 2^30 elements), in rank order.
-  template <class T>
-  void gather_in_place(T* recv, std::size_t count) const {
-    if (count <= Impl::mpi_count_limit()) {
-      const int c = static_cast<int>(count);
-      check_mpi(MPI_Allgather(MPI_IN_PLACE, c, mpi_type<T>(), recv, c, mpi_type<T>(), mpi_comm()), "MPI_Allgather");
-      return;
-    }
-    const std::size_t piece = std::min<std::size_t>(std::size_t(1) << 30, Impl::mpi_count_limit());
-    for (int r = 0; r < size(); ++r)
-      for (std::size_t off = 0; off < count; off += piece) {
-        const int c = static_cast<int>(std::min(piece, count - off));
-        check_mpi(MPI_Bcast(recv + static_cast<std::size_t>(r) * count + off, c, mpi_type<T>(), r, mpi_comm()),
-                  "MPI_Bcast");
-      }
-  }
-
-  // Arguments checked and agreed, count > 0 (TypedCommunicator::checked_gather).
+  // Arguments checked and agreed, count > 0 (TypedCommunicator::checked_gather): blocks of equal
+  // counts, the same path as unequal ones.
   template <class T>
   void gather(const ExecutionSpace& exec, const Kokkos::View<const T*, MemorySpace>& send,
               const Kokkos::View<T*, MemorySpace>& recv) const {
-    const std::size_t count = send.extent(0);
-    const std::size_t p     = static_cast<std::size_t>(size());
-    const bool in_place     = send.data() == recv.data() + static_cast<std::size_t>(rank()) * count;
-    auto own                = [&](const auto& v) {
-      return Kokkos::subview(
-                         v, std::make_pair(static_cast<std::size_t>(rank()) * count, static_cast<std::size_t>(rank() + 1) * count));
-    };
-    if (direct()) {
-      if (!in_place) Kokkos::deep_copy(exec, own(recv), send);
-      Impl::fence(exec, "koptim::comm::Communicator::all_gather: send ready for MPI");
-      gather_in_place(recv.data(), count);
-    } else {
-      const auto host_recv = staging<T>(p * count);
-      Kokkos::deep_copy(exec, own(host_recv), send);
-      Impl::fence(exec, "koptim::comm::Communicator::all_gather: send staged for MPI");
-      gather_in_place(host_recv.data(), count);
-      Kokkos::deep_copy(exec, recv, host_recv);
-      Impl::fence(exec, "koptim::comm::Communicator::all_gather: result copied back");
-    }
+    gather(exec, send, recv, std::vector<std::size_t>(static_cast<std::size_t>(size()), send.extent(0)));
   }
 
-  // The in-place all-gather of blocks of counts[r] elements, rank r's at first[r]. MPI counts and
-  // displacements are int: beyond them, each rank's broadcast of its own block in pieces (of 2^30
-  // elements), in rank order.
+  // The in-place all-gather of blocks of counts[r] elements, rank r's at first[r], on
+  // host-readable or CUDA-aware memory: equal counts by MPI_Allgather, others by MPI_Allgatherv.
+  // MPI counts (and Allgatherv's displacements) are int: beyond them, each rank's broadcast of its
+  // own block in pieces (of 2^30 elements), in rank order.
   template <class T>
   void gather_in_place(T* recv, const std::vector<std::size_t>& counts, const std::vector<std::size_t>& first) const {
     const std::size_t total = first.back() + counts.back();
+    const bool equal        = std::equal(counts.begin() + 1, counts.end(), counts.begin());
+    if (equal && counts[0] <= Impl::mpi_count_limit()) {
+      const int c = static_cast<int>(counts[0]);
+      check_mpi(MPI_Allgather(MPI_IN_PLACE, c, mpi_type<T>(), recv, c, mpi_type<T>(), mpi_comm()), "MPI_Allgather");
+      return;
+    }
     if (total <= Impl::mpi_count_limit()) {
       std::vector<int> c(counts.begin(), counts.end()), d(first.begin(), first.end());
       // With MPI_IN_PLACE the send count and type are ignored; given as they are all the same

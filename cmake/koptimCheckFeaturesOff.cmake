@@ -7,6 +7,8 @@
 #    HDF5): configures without the checkpoint tests and benchmark, and the library's checkpoint
 #    source, whose functions then throw a ConfigError, compiles without a warning (its compile
 #    command from compile_commands.json: the same flags as the library's build).
+# 3. NCCL off alone, with the tests on, where NCCL is installed: no NCCL test (the compile check
+#    of the NCCL backend that AUTO adds where Kokkos has no CUDA included).
 function(koptim_configure dir out_var)
   file(REMOVE_RECURSE "${dir}")
   execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${dir} -G "${GENERATOR}" -DCMAKE_BUILD_TYPE=Release
@@ -82,4 +84,17 @@ if(NOT rc EQUAL 0 OR NOT "${out}${err}" STREQUAL "")
   message(FATAL_ERROR "src/io/koptim_Checkpoint.cpp without HDF5: rc ${rc}\n${out}\n${err}")
 endif()
 message(STATUS "HDF5 turned off alone: configured with the tests, checkpoint source compiled")
+
+# 3. NCCL off alone.
+set(no_nccl ${WORK}/nccl_off)
+koptim_configure(${no_nccl} out -Dkoptim_ENABLE_NCCL=OFF -Dkoptim_ENABLE_TESTS=ON -Dkoptim_ENABLE_EXAMPLES=OFF
+                 -Dkoptim_ENABLE_BENCHMARK=OFF)
+koptim_expect_config(${no_nccl} "#define KOPTIM_ENABLE_NCCL 0")
+file(READ ${no_nccl}/unit_tests/CTestTestfile.cmake tests)
+# add_test(koptim_nccl_np1 ...), add_test([=[koptim_nccl_np1]=] ...) in newer CMake versions
+string(REGEX MATCH "add_test\\((\\[=\\[)?(koptim_nccl[a-z0-9_]*)" found "${tests}")
+if(found)
+  message(FATAL_ERROR "koptim_ENABLE_NCCL=OFF still added the test ${CMAKE_MATCH_2}")
+endif()
+message(STATUS "NCCL turned off alone: configured with the tests, no NCCL test")
 file(REMOVE_RECURSE "${WORK}")

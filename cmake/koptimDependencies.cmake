@@ -138,3 +138,44 @@ endif()
 
 # --- BLAS / LAPACK ----------------------------------------------------------------------------
 _koptim_find_dependency(LAPACK)
+
+# --- What libkoptim links privately: koptim::HDF5, koptim::NCCL -------------------------------
+# libkoptim is a static library (BUILD_SHARED_LIBS unset), so its exported link interface carries
+# what it links privately ($<LINK_ONLY:...>). It links these targets, never a file path of the
+# build machine nor another package's target directly: koptim's build makes them (once
+# cmake/koptimHdf5.cmake and cmake/koptimNccl.cmake have turned a feature on), and
+# koptimConfig.cmake makes them again for a consumer, for the features koptim was built with,
+# after finding the packages that define the targets they link (HDF5's own CMake config,
+# CUDAToolkit for CUDA::cudart).
+
+# koptim::HDF5: an HDF5 link line, as FindHDF5 gives it in HDF5_C_LIBRARIES: files (Debian's
+# h5pcc wrapper) or targets such as hdf5::hdf5-shared (an HDF5 found through its own CMake config:
+# Spack, Homebrew, vcpkg). Include directories and definitions: koptim's build only.
+function(_koptim_hdf5_target libraries)
+  cmake_parse_arguments(H "" "" "INCLUDE_DIRS;DEFINITIONS" ${ARGN})
+  if(TARGET koptim::HDF5)
+    return()
+  endif()
+  add_library(koptim::HDF5 INTERFACE IMPORTED)
+  target_link_libraries(koptim::HDF5 INTERFACE ${libraries})
+  if(H_INCLUDE_DIRS)
+    target_include_directories(koptim::HDF5 INTERFACE ${H_INCLUDE_DIRS})
+  endif()
+  if(H_DEFINITIONS)
+    target_compile_definitions(koptim::HDF5 INTERFACE ${H_DEFINITIONS})
+  endif()
+endfunction()
+
+# koptim::NCCL: the NCCL library file (nccl.h's directory for koptim's build). The CUDA runtime
+# is linked separately, as CUDA::cudart.
+function(_koptim_nccl_target library)
+  cmake_parse_arguments(N "" "INCLUDE_DIR" "" ${ARGN})
+  if(TARGET koptim::NCCL)
+    return()
+  endif()
+  add_library(koptim::NCCL UNKNOWN IMPORTED)
+  set_target_properties(koptim::NCCL PROPERTIES IMPORTED_LOCATION "${library}")
+  if(N_INCLUDE_DIR)
+    set_target_properties(koptim::NCCL PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${N_INCLUDE_DIR}")
+  endif()
+endfunction()

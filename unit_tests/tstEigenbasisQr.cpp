@@ -303,6 +303,63 @@ void team_form_agrees_with_lapack() {
 TEST(EigenbasisQr, TeamFormAgreesWithLapackDouble) { team_form_agrees_with_lapack<double>(); }
 TEST(EigenbasisQr, TeamFormAgreesWithLapackFloat) { team_form_agrees_with_lapack<float>(); }
 
+// The team form at any scale of A: its Householder norms were sums of squares in T, which for a
+// float factor with entries of 1e-16 (a rank-2 factor: the columns of A V that span its null space
+// are 1e-7 times smaller still) fell below the smallest normal float and gave a Q far from
+// orthogonal, reported as a success; at 1e20 they overflowed (NaN). One QR step on a rank-2
+// factor (its basis orthonormal) and on a full-rank one (the same basis as the LAPACK form, up to
+// signs), from an unrelated orthonormal start.
+template <class T>
+void team_form_at_any_scale(const std::vector<double>& scales) {
+  std::mt19937 gen(5);
+  const int n = 16;
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  Dense low(n);
+  std::vector<double> g(2 * n);
+  for (auto& x : g) x = u(gen);
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j) low(i, j) = g[i] * g[j] + g[n + i] * g[n + j];
+  const Dense full = koptim_test::random_spd(n, gen, 1.0, 0.25 * n);
+  const double tol = std::is_same<T, float>::value ? 1e-4 : 1e-12;
+  QrRefreshOptions o;
+  o.tolerance      = 0.0;  // one step, whatever the start
+  o.max_iterations = 1;
+  for (const double scale : scales) {
+    std::vector<Dense> A = {low, full};
+    for (auto& m : A)
+      for (auto& x : m.a) x *= scale;
+    const auto start = tridiagonal_basis<T>(n, false);
+    Batch<T> V1("V1", 2, n, n), V2("V2", 2, n, n);
+    for (int b = 0; b < 2; ++b)
+      for (int i = 0; i < n; ++i)
+        for (int k = 0; k < n; ++k) V1(b, i, k) = V2(b, i, k) = start(0, i, k);
+    const auto r1 = refresh<T>(A, V1, o);
+    const auto r2 = refresh_team<T>(A, V2, o);
+    EXPECT_EQ(r2.info, std::vector<int>({0, 0})) << "scale " << scale;
+    EXPECT_EQ(r2.iterations, std::vector<int>({1, 1})) << "scale " << scale;
+    for (int b = 0; b < 2; ++b) {
+      double worst = 0;
+      for (int k = 0; k < n; ++k)
+        for (int l = 0; l < n; ++l) {
+          double dot = 0;
+          for (int i = 0; i < n; ++i) dot += static_cast<double>(V2(b, i, k)) * V2(b, i, l);
+          worst = std::max(worst, std::abs(dot - (k == l ? 1.0 : 0.0)));
+        }
+      EXPECT_LE(worst, tol) << "matrix " << b << ", scale " << scale << ": V^T V - I";
+    }
+    ASSERT_EQ(r1.info[1], 0);
+    for (int k = 0; k < n; ++k) {
+      double dot = 0;
+      for (int i = 0; i < n; ++i) dot += static_cast<double>(V1(1, i, k)) * V2(1, i, k);
+      const double sign = dot < 0 ? -1.0 : 1.0;
+      for (int i = 0; i < n; ++i)
+        ASSERT_NEAR(static_cast<double>(V2(1, i, k)), sign * V1(1, i, k), 50 * tol) << "scale " << scale;
+    }
+  }
+}
+TEST(EigenbasisQr, TeamFormAtAnyScaleFloat) { team_form_at_any_scale<float>({1.0, 1e-16, 1e-30, 1e20, 1e30}); }
+TEST(EigenbasisQr, TeamFormAtAnyScaleDouble) { team_form_at_any_scale<double>({1.0, 1e-170, 1e170}); }
+
 TEST(EigenbasisQr, TeamFormReportsAndKeepsTheBasis) { expect_reports_and_keeps(refresh_team<double>); }
 
 }  // namespace

@@ -133,6 +133,16 @@ KOKKOS_INLINE_FUNCTION void apply_reflector(const R& r, const C& c, int a, int k
   for (int i = k + 1; i < n; ++i) c(a, i, j) -= w * r(a, i, k);
 }
 
+// The power of two s with s * m in [1, 2) for a finite m > 0 (1 otherwise), within 2^-1000 ..
+// 2^1000 (beyond, m is scaled as far as that goes).
+KOKKOS_INLINE_FUNCTION double power_of_two_to_unit(double m) {
+  if (!koptim::Impl::is_finite(m) || !(m > 0.0)) return 1.0;
+  double s = 1.0;
+  for (int e = 0; e < 1000 && m * s >= 2.0; ++e) s *= 0.5;
+  for (int e = 0; e < 1000 && m * s < 1.0; ++e) s *= 2.0;
+  return s;
+}
+
 }  // namespace Impl
 
 // The refresh above for every matrix of a batch: A (batch x n x n, symmetric; only its lower
@@ -216,8 +226,9 @@ void batched_eigenbasis_qr(const BatchView& A, const VectorsView& V, const InfoV
 // (rank 3, LayoutRight or not), info and iterations (rank 1) in the execution space's memory;
 // Q, P (batch x n x n), tau (batch x n) and d (batch x n, double: the estimates) are workspace. Only the lower triangle
 // of A is read. Meant for device memory and small blocks (the product costs n^3 per matrix on one team, the QR n steps
-// with three team synchronisations each); LAPACK's rescaling of tiny reflector norms
-// (?larfg) is not reproduced: a column whose norm underflows T is taken as zero.
+// with three team synchronisations each). Before each QR, A V is scaled by a power of two to a
+// largest entry in [1, 2), and the reflectors' norms are summed in double, so that a factor of any
+// scale (float entries of 1e-30 or 1e30) gives an orthonormal basis, as LAPACK's does.
 template <class ExecSpace, class BatchView, class VectorsView, class InfoView, class IterationsView, class Work3,
           class Work2, class Estimates>
 void batched_eigenbasis_qr_team(const ExecSpace& space, const BatchView& A, const VectorsView& V, const InfoView& info,
@@ -308,23 +319,44 @@ void batched_eigenbasis_qr_team(const ExecSpace& space, const BatchView& A, cons
         int it = 0, code = 0;
         if (!estimate()) code = eigenbasis_info_nonfinite_result;
         while (code == 0 && it < max_it && !converged()) {
+          // P scaled by a power of two to a largest entry in [1, 2) (Q does not change; exact but
+          // for entries far below the largest), and the column norms summed in double: a float P
+          // of a small factor (entries of 1e-20, or the columns of 1e-7 times it that span its
+          // null space) had squares below the smallest normal float, and a large one (1e20)
+          // squares beyond the largest, which gave a Q that was not orthogonal, or NaN.
+          T pmax = 0;
+          Kokkos::parallel_reduce(
+              Kokkos::TeamThreadRange(team, n * n),
+              [&](const int e, T& mx) { mx = koptim::Impl::max(mx, koptim::Impl::abs(P(a, e / n, e % n))); },
+              Kokkos::Max<T>(pmax));
+          const double to_unit = Impl::power_of_two_to_unit(static_cast<double>(pmax));
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n * n), [&](const int e) {
+            P(a, e / n, e % n) = static_cast<T>(static_cast<double>(P(a, e / n, e % n)) * to_unit);
+          });
+          team.team_barrier();
           // Householder QR of P in place (?geqr2): reflector k zeroes P(k+1:n, k).
           for (int k = 0; k < n; ++k) {
-            T x2 = 0;
+            double x2 = 0;
             Kokkos::parallel_reduce(
-                Kokkos::TeamThreadRange(team, k + 1, n), [&](const int i, T& s) { s += P(a, i, k) * P(a, i, k); }, x2);
-            const T alpha = P(a, k, k);
-            T t = 0, beta = alpha, scale = 0;
-            if (x2 > T(0)) {
-              beta  = alpha >= T(0) ? -koptim::Impl::sqrt(alpha * alpha + x2) : koptim::Impl::sqrt(alpha * alpha + x2);
-              t     = (beta - alpha) / beta;
-              scale = T(1) / (alpha - beta);
+                Kokkos::TeamThreadRange(team, k + 1, n),
+                [&](const int i, double& s) {
+                  const double x = P(a, i, k);
+                  s += x * x;
+                },
+                x2);
+            const double alpha = P(a, k, k);
+            double beta        = alpha;
+            T t = 0, scale = 0;
+            if (x2 > 0.0) {
+              beta  = alpha >= 0.0 ? -koptim::Impl::sqrt(alpha * alpha + x2) : koptim::Impl::sqrt(alpha * alpha + x2);
+              t     = static_cast<T>((beta - alpha) / beta);
+              scale = static_cast<T>(1.0 / (alpha - beta));
             }
             team.team_barrier();  // every thread has read alpha
             if (t != T(0))
               Kokkos::parallel_for(Kokkos::TeamThreadRange(team, k + 1, n), [&](const int i) { P(a, i, k) *= scale; });
             Kokkos::single(Kokkos::PerTeam(team), [&]() {
-              P(a, k, k) = beta;
+              P(a, k, k) = static_cast<T>(beta);
               tau(a, k)  = t;
             });
             team.team_barrier();

@@ -448,6 +448,29 @@ TEST(MatrixRoot, DoublePrecisionRetryPathWritesFloatRoots) {
   }
 }
 
+// The retry in double checked its roots for finiteness in double, then rounded them to float: a
+// root entry beyond the largest float became Inf in X with the matrix reported a success. Here
+// the all-ones matrix (rank 1: its zero eigenvalues shifted to epsilon = 1e-12) with exponent 4
+// has root entries of about 1e48, finite in double only: a failure, and X left alone.
+TEST(MatrixRoot, DoublePrecisionRetryRefusesRootsBeyondFloat) {
+  const int n = 6;
+  Kokkos::View<float***> L("L", 1, n, n), X("X", 1, n, n);
+  Kokkos::View<double*> a("a", 1);
+  Kokkos::deep_copy(L, 1.0f);
+  Kokkos::deep_copy(a, 4.0);
+  const koptim::linalg::Impl::RootScalars rs{1e-12, 0.0, 0.0, false};
+  for (bool lapack : {true, false}) {
+    Kokkos::deep_copy(X, 7.0f);
+    const auto out = koptim::linalg::Impl::eigen_roots<double>(Kokkos::DefaultExecutionSpace(), L, X, a,
+                                                               std::vector<int>{0}, rs, lapack, {});
+    EXPECT_EQ(out.ok[0], 0) << (lapack ? "LAPACK" : "Jacobi");
+    auto Xh = Kokkos::create_mirror_view(X);
+    Kokkos::deep_copy(Xh, X);
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < n; ++j) EXPECT_EQ(Xh(0, i, j), 7.0f) << i << "," << j;
+  }
+}
+
 // The root reconstruction X = Q f(lambda) Q^T of a batch as one batched GEMM through koptim's
 // portable kernel (what a GPU without cuBLAS runs) and through host BLAS (the automatic choice
 // on host memory), both eigensolvers (LAPACK leaves the eigenvectors in rows, Jacobi in columns):

@@ -331,7 +331,7 @@ void write_finite_roots(const ExecSpace& space, const XView& X, const YView& Y, 
               int row      = 0;
               Kokkos::parallel_reduce(
                   Kokkos::ThreadVectorRange(team, n),
-                  [&](const int j, int& c) { c += koptim::Impl::is_finite(y(j)) ? 0 : 1; }, row);
+                  [&](const int j, int& c) { c += koptim::Impl::is_finite(static_cast<T>(y(j))) ? 0 : 1; }, row);
               cnt += row;
             },
             bad);

@@ -169,7 +169,8 @@ inline void check_lapack_order(std::size_t n, const char* who) {
 
 // Eigendecomposition of the symmetric matrix A (host-accessible, rank 2, float or double,
 // any layout) with LAPACK ?syevd: on return A holds the eigenvectors as columns and w the
-// eigenvalues in ascending order. Only the lower triangle (in A's own indexing) is read.
+// eigenvalues in ascending order. A must hold the whole symmetric matrix: LAPACK reads one
+// triangle of the storage, the lower one of a column-major A, the upper one of a row-major A.
 // Returns 0, LAPACK's info, or eigh_info_nonfinite_input (A and w then unchanged).
 template <class MatrixView, class ValuesView>
 int eigh_lapack(const MatrixView& A, const ValuesView& w) {

@@ -289,19 +289,24 @@ double first_on_device(const View& g, F f) {
   return Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), value)();
 }
 
-// Exclusive prefix sums (n + 1 of them) of term(i), computed on the default execution space
-// and copied to the host. A parallel scan may associate the sums differently from a host loop,
-// so on threaded or GPU backends the last bits can differ from the host functions'.
+// Exclusive prefix sums (n + 1 of them) of term(i): the terms computed on the default execution
+// space, summed on the host in index order, as the host functions sum them. (A parallel scan
+// associates the sums by the backend's split of the range, which on OpenMP depends on the thread
+// count: a rank with fewer threads, or another backend, could then pick another p at a near-tie,
+// and the tensor's whole state with it.) The terms come back to the host either way, once, on the
+// first step.
 template <class Term>
 Kokkos::View<double*, Kokkos::HostSpace> device_prefix(std::int64_t n, Term term) {
   using Policy = Kokkos::RangePolicy<Kokkos::DefaultExecutionSpace, Kokkos::IndexType<std::int64_t>>;
-  Kokkos::View<double*> prefix(Kokkos::view_alloc(Kokkos::WithoutInitializing, "koptim::gefen::prefix"), n + 1);
-  Kokkos::parallel_scan(
-      "koptim::gefen::prefix", Policy(0, n + 1), KOKKOS_LAMBDA(const std::int64_t i, double& update, const bool final) {
-        if (final) prefix(i) = update;
-        if (i < n) update += term(i);
-      });
-  return Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), prefix);
+  Kokkos::View<double*> terms(Kokkos::view_alloc(Kokkos::WithoutInitializing, "koptim::gefen::terms"), n);
+  Kokkos::parallel_for(
+      "koptim::gefen::terms", Policy(0, n), KOKKOS_LAMBDA(const std::int64_t i) { terms(i) = term(i); });
+  const auto t = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), terms);
+  Kokkos::View<double*, Kokkos::HostSpace> prefix(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, "koptim::gefen::prefix"), n + 1);
+  prefix(0) = 0.0;
+  for (std::int64_t i = 0; i < n; ++i) prefix(i + 1) = prefix(i) + t(i);
+  return prefix;
 }
 
 // Prefix sums of y = g0^2 - g0(0)^2 and of y^2 for the variance-drop rule. Shifting by the

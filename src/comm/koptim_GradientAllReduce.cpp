@@ -1,6 +1,7 @@
 #include <koptim/comm/koptim_GradientAllReduce.hpp>
 #include <koptim/core/impl/koptim_Profiling.hpp>
 
+#include <cstdint>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -13,11 +14,41 @@ GradientAllReducer::GradientAllReducer(std::shared_ptr<Communicator> comm, const
     : comm_(std::move(comm)) {
   Impl::ScopedRegion region("koptim::comm::GradientAllReducer::GradientAllReducer");
   if (!comm_) throw ConfigError("koptim::comm::GradientAllReducer: the communicator is null");
+  // Gradients may share memory (a ParameterSet allows it: it only reads them), but the mean is
+  // taken in place: a gradient that is another's whole View is reduced once, with it (reduced
+  // again, it was averaged twice, and in one bucket two teams stored to the same addresses); one
+  // that overlaps another only in part cannot be either, and is refused.
+  const auto& ps = params.parameters();
+  std::vector<long> same_as(ps.size(), -1);
+  long partial[2] = {-1, -1};
+  for (std::size_t i = 0; i < ps.size() && partial[0] < 0; ++i) {
+    const TensorRef& g = ps[i].grad;
+    if (g.size == 0) continue;
+    const auto lo = reinterpret_cast<std::uintptr_t>(g.data), hi = lo + g.bytes();
+    for (std::size_t j = 0; j < i; ++j) {
+      const TensorRef& h = ps[j].grad;
+      if (h.size == 0 || same_as[j] >= 0) continue;
+      const auto hlo = reinterpret_cast<std::uintptr_t>(h.data), hhi = hlo + h.bytes();
+      if (hi <= hlo || hhi <= lo) continue;
+      if (lo == hlo && hi == hhi && g.dtype == h.dtype) {
+        same_as[i] = static_cast<long>(j);
+      } else {
+        partial[0] = static_cast<long>(j), partial[1] = static_cast<long>(i);
+      }
+      break;
+    }
+  }
   // Ranks that planned different buckets would pair messages of different lengths: compare the
-  // whole plan's inputs once, here, instead of on every step.
+  // whole plan's inputs once, here, instead of on every step (which gradients share memory too).
   std::vector<std::string> lines{"bucket_bytes " + std::to_string(bucket_bytes)};
-  for (const auto& p : params.parameters())
-    lines.push_back("parameter '" + p.name + "' " + to_string(p.grad.dtype) + " " + std::to_string(p.grad.size));
+  for (std::size_t i = 0; i < ps.size(); ++i)
+    lines.push_back("parameter '" + ps[i].name + "' " + to_string(ps[i].grad.dtype) + " " +
+                    std::to_string(ps[i].grad.size) +
+                    (same_as[i] >= 0 ? " (the gradient of '" + ps[static_cast<std::size_t>(same_as[i])].name + "')"
+                                     : std::string()));
+  if (partial[0] >= 0)
+    lines.push_back("gradients of '" + ps[static_cast<std::size_t>(partial[0])].name + "' and '" +
+                    ps[static_cast<std::size_t>(partial[1])].name + "' overlap in part");
   std::string signature;  // length-prefixed, so that no name can run into the next
   for (const auto& l : lines) signature += std::to_string(l.size()) + ':' + l;
   if (!comm_->same_on_all_ranks(signature)) {
@@ -36,14 +67,21 @@ GradientAllReducer::GradientAllReducer(std::shared_ptr<Communicator> comm, const
   if (bucket_bytes == 0) {
     throw ConfigError("koptim::comm::GradientAllReducer: bucket_bytes = 0 is not allowed; allowed: at least 1");
   }
+  if (partial[0] >= 0) {
+    throw ShapeError("koptim::comm::GradientAllReducer: the gradients of parameters '" +
+                     ps[static_cast<std::size_t>(partial[0])].name + "' and '" +
+                     ps[static_cast<std::size_t>(partial[1])].name +
+                     "' overlap in part; the mean is taken in place, once per gradient: give each parameter its own "
+                     "gradient memory, or the same whole View");
+  }
 
-  for (const auto& p : params.parameters()) grads_.push_back(p.grad);
+  for (const auto& p : ps) grads_.push_back(p.grad);
   // One open bucket per scalar type; a gradient that does not fit closes it and opens the next.
   long open[2]              = {-1, -1};
   std::size_t open_bytes[2] = {0, 0};
   for (std::size_t i = 0; i < grads_.size(); ++i) {
     const TensorRef& g = grads_[i];
-    if (g.size == 0) continue;
+    if (g.size == 0 || same_as[i] >= 0) continue;  // reduced with the gradient it shares
     const int t = g.dtype == ScalarType::float32 ? 0 : 1;
     if (open[t] < 0 || open_bytes[t] + g.bytes() > bucket_bytes) {
       open[t]       = static_cast<long>(buckets_.size());

@@ -28,8 +28,10 @@ class GradientAllReducer {
  public:
   // Plans the buckets. Collective: every rank must register the same parameters (names, scalar
   // types, sizes, order) and pass the same bucket_bytes, or every rank throws ShapeError
-  // (ConfigError for bucket_bytes = 0). The reducer keeps the gradients' allocations alive, as
-  // the ParameterSet does; registering more parameters later needs a new reducer.
+  // (ConfigError for bucket_bytes = 0). Parameters that share one gradient View have it reduced
+  // once; gradients that overlap in part throw ShapeError on every rank (the mean is taken in
+  // place). The reducer keeps the gradients' allocations alive, as the ParameterSet does;
+  // registering more parameters later needs a new reducer.
   GradientAllReducer(std::shared_ptr<Communicator> comm, const ParameterSet& params,
                      std::size_t bucket_bytes = 25 << 20);
 

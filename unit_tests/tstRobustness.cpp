@@ -380,6 +380,54 @@ void centered_rmsprop_constant_gradient(double g, int steps) {
 TEST(Defects, CenteredRMSPropConstantGradientFloat) { centered_rmsprop_constant_gradient<float>(5.9, 1300); }
 TEST(Defects, CenteredRMSPropConstantGradientDouble) { centered_rmsprop_constant_gradient<double>(0.1, 3300); }
 
+// eps = 0 (and Shampoo's grafting_epsilon = 0) is allowed, as in torch, but a coordinate whose
+// second moment is 0 (every gradient so far 0, or squares below the smallest subnormal) divided
+// 0 by 0 (or m by 0): NaN or Inf in the parameter, which the next step reported as a non-finite
+// gradient; in Shampoo's grafting the norm spread it over the whole block. Such a coordinate now
+// gets no step; the others are stepped as before.
+template <class T>
+void zero_eps(double tiny) {
+  struct Case {
+    std::string optimizer;
+    std::function<void(Teuchos::ParameterList&)> set;
+    bool elementwise;  // no decay: a coordinate without a step keeps its value
+  };
+  const std::vector<Case> cases = {
+      {"AdaGrad", [](auto& l) { l.set("eps", 0.0); }, true},
+      {"RMSProp", [](auto& l) { l.set("eps", 0.0); }, true},
+      {"RMSProp", [](auto& l) { l.set("eps", 0.0), l.set("centered", true), l.set("momentum", 0.9); }, true},
+      {"Adam", [](auto& l) { l.set("eps", 0.0); }, true},
+      {"Adam", [](auto& l) { l.set("eps", 0.0), l.set("amsgrad", true); }, true},
+      {"AdamW", [](auto& l) { l.set("eps", 0.0); }, false},
+      {"Shampoo", [](auto& l) { l.set("grafting", std::string("AdaGrad")), l.set("grafting_epsilon", 0.0); }, false},
+      {"Shampoo", [](auto& l) { l.set("grafting", std::string("RMSProp")), l.set("grafting_epsilon", 0.0); }, false},
+      {"Shampoo", [](auto& l) { l.set("grafting", std::string("Adam")), l.set("grafting_epsilon", 0.0); }, false},
+  };
+  // w: every third entry 0, every third tiny (its square is 0), the others 0.1; b: all 0.
+  const auto gw = [=](std::int64_t i) { return i % 3 == 0 ? 0.0 : (i % 3 == 1 ? tiny : 0.1); };
+  for (const auto& c : cases) {
+    Model<T> m;
+    auto l = list_for(c.optimizer);
+    c.set(l);
+    const auto what = c.optimizer + " " + Teuchos::toString(l);
+    auto opt        = koptim::create(m.params, l);
+    const auto w0 = m.w.get(), b0 = m.b.get();
+    m.grads(gw, [](std::int64_t) { return 0.0; });
+    for (int s = 0; s < 3; ++s) ASSERT_NO_THROW(opt->step()) << what;
+    const auto w = m.w.get(), b = m.b.get();
+    std::string where;
+    EXPECT_TRUE(all_finite(w) && all_finite(b)) << what;
+    EXPECT_TRUE(state_finite(opt->export_state(), where)) << what << ": " << where;
+    EXPECT_NE(w[2], w0[2]) << what;  // a coordinate with a gradient is stepped
+    if (!c.elementwise) continue;
+    for (std::size_t i = 0; i < w.size(); ++i)
+      if (i % 3 != 2) EXPECT_EQ(w[i], w0[i]) << what << ", w[" << i << "]";
+    EXPECT_TRUE(same_bits(b, b0)) << what;
+  }
+}
+TEST(Defects, ZeroEpsGivesNoStepWhereTheSecondMomentIsZeroFloat) { zero_eps<float>(1e-30); }
+TEST(Defects, ZeroEpsGivesNoStepWhereTheSecondMomentIsZeroDouble) { zero_eps<double>(1e-200); }
+
 // lr and weight_decay are accepted up to 1e300, but the kernels round them to the parameter's
 // type: for a float parameter a weight_decay of 1e39 was Inf (L2: g + Inf * 0 = NaN, no error).
 // Refused for groups with float parameters, naming the group and the parameter; double

@@ -25,7 +25,7 @@ void adagrad_update(const ExecutionSpace& exec, const Impl::PieceTable<T>& table
         if (decay) d = Impl::add_scaled(d, wd_, p.w[i]);
         const T ai = Impl::accumulate_square(a[i], d);
         a[i]       = ai;
-        p.w[i]     = p.w[i] + (-clr_ * d) / (Impl::sqrt(ai) + eps_);
+        p.w[i]     = p.w[i] + Impl::diagonal_precondition(-clr_ * d, ai, eps_);
       });
 }
 }  // namespace

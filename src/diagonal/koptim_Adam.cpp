@@ -38,7 +38,7 @@ void adam_kernel(const ExecutionSpace& exec, const Impl::PieceTable<T>& table, s
           vd        = Impl::max(p.s[2][i], vi);
           p.s[2][i] = vd;
         }
-        p.w[i] = wi + (neg_step_size * mi) / Impl::rms_denominator(vd, bc2_sqrt, eps);
+        p.w[i] = wi + Impl::divide_unless_zero(neg_step_size * mi, Impl::rms_denominator(vd, bc2_sqrt, eps));
       });
 }
 

@@ -28,14 +28,18 @@ void visit_keys(O& o, V& v) {
   v.real("lr_decay", o.lr_decay, "The lr at step t is lr / (1 + (t - 1) lr_decay).", R::lr_decay);
   v.real("initial_accumulator_value", o.initial_accumulator_value, "Initial value of the sum of squared gradients.",
          R::initial_accumulator_value);
-  v.real("eps", o.eps, "Added to the denominator sqrt(sum).", R::eps);
+  v.real("eps", o.eps,
+         "Added to the denominator sqrt(sum); 0 allowed: a coordinate whose sum is 0 then gets no step (not 0/0).",
+         R::eps);
 }
 
 template <class O, class V, Impl::OptionsOf<O, RMSPropOptions> = 0>
 void visit_keys(O& o, V& v) {
   namespace R = Impl::ranges::rmsprop;
   v.real("alpha", o.alpha, "Smoothing constant of the squared-gradient average.", R::alpha);
-  v.real("eps", o.eps, "Added to the denominator.", R::eps);
+  v.real("eps", o.eps,
+         "Added to the denominator; 0 allowed: a coordinate whose denominator is 0 then gets no step (not 0/0).",
+         R::eps);
   v.real("momentum", o.momentum, "Momentum factor.", R::momentum);
   v.boolean("centered", o.centered, "Normalise by the variance estimate (subtract the squared mean gradient).");
 }
@@ -45,7 +49,9 @@ template <class O, class V, Impl::OptionsOf<O, AdamOptions> = 0>
 void visit_keys(O& o, V& v) {
   namespace R = Impl::ranges::adam;
   v.real_pair("betas", o.betas, "Decay rates (b1, b2) of the first and second moments.", R::beta1, R::beta2);
-  v.real("eps", o.eps, "Added to the denominator sqrt(v_hat).", R::eps);
+  v.real("eps", o.eps,
+         "Added to the denominator sqrt(v_hat); 0 allowed: a coordinate whose v_hat is 0 then gets no step (not 0/0).",
+         R::eps);
   v.boolean("amsgrad", o.amsgrad, "Use the running maximum of the second moment (AMSGrad).");
 }
 

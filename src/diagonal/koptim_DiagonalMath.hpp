@@ -83,10 +83,23 @@ KOKKOS_INLINE_FUNCTION T rms_denominator(T a, T inv_sqrt_correction_divisor, T e
   return sqrt(a) / inv_sqrt_correction_divisor + eps;
 }
 
-// x / (sqrt(a) + eps): diagonal preconditioning (AdaGrad; Shampoo's grafting directions).
+// x / den, and 0 where den is 0: the step of a coordinate whose second moment is 0 with eps = 0
+// (every gradient so far 0, or their squares below the smallest subnormal), where the formula's
+// 0/0 = NaN (or x/0 = Inf) would poison the parameter. For eps > 0 it is exactly x / den. The
+// division never sees a 0 (no invalid-operation flag, and a select the compiler may vectorize);
+// a NaN den stays NaN.
+template <class T>
+KOKKOS_INLINE_FUNCTION T divide_unless_zero(T x, T den) {
+  const bool zero = den == T(0);
+  const T q       = x / (zero ? T(1) : den);
+  return zero ? T(0) : q;
+}
+
+// x / (sqrt(a) + eps), 0 where that is 0 / 0: diagonal preconditioning (AdaGrad; Shampoo's
+// grafting directions).
 template <class T>
 KOKKOS_INLINE_FUNCTION T diagonal_precondition(T x, T a, T eps) {
-  return x / (sqrt(a) + eps);
+  return divide_unless_zero(x, sqrt(a) + eps);
 }
 
 }  // namespace Impl

@@ -49,11 +49,11 @@ void rmsprop_kernel(const ExecutionSpace& exec, const Impl::PieceTable<T>& table
         }
         if (Momentum) {
           T* const b = p.s[1];
-          const T bi = b[i] * mu + d / denom;
+          const T bi = b[i] * mu + Impl::divide_unless_zero(d, denom);
           b[i]       = bi;
           p.w[i]     = Impl::add_scaled(p.w[i], -lr_, bi);
         } else {
-          p.w[i] = p.w[i] + (-lr_ * d) / denom;
+          p.w[i] = p.w[i] + Impl::divide_unless_zero(-lr_ * d, denom);
         }
       });
 }

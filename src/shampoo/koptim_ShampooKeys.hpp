@@ -44,7 +44,8 @@ void visit_keys(O& o, V& v) {
                   "Second-moment decay of RMSProp/Adam grafting (set only with those).", R::grafting_beta2,
                   "0.99 for RMSProp, 0.999 for Adam");
   v.real("grafting_epsilon", o.grafting_epsilon,
-         "Epsilon of AdaGrad/RMSProp/Adam grafting (with another grafting only the default is accepted).",
+         "Epsilon of AdaGrad/RMSProp/Adam grafting (with another grafting only the default is accepted); 0 allowed: "
+         "a coordinate whose accumulator is 0 then gets no step (not 0/0).",
          R::grafting_epsilon);
   v.boolean("eigenvalue_corrected", o.eigenvalue_corrected,
             "Eigenvalue-corrected Shampoo (SOAP-like): Adam-style second moment in the factors' eigenbasis.");

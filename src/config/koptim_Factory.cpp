@@ -76,11 +76,14 @@ void add_common(ParameterList& l, double lr, double weight_decay, const std::str
       "constant, linear_warmup (warmup then constant), cosine, linear or step decay; warmup_steps prefixes any of "
       "them with a linear warmup. The keys of the other types must stay at their defaults (they would be ignored).",
       V::choice({"constant", "linear_warmup", "cosine", "linear", "step"}));
-  add(s, "warmup_steps", 0, "Steps of linear warmup from lr/warmup_steps to lr.", V::integer(R::warmup_steps));
+  add(s, "warmup_steps", 0,
+      "Steps of linear warmup from lr/warmup_steps to lr (with cosine and linear, fewer than total_steps).",
+      V::integer(R::warmup_steps));
   // The schedule's length has no default (see require_schedule_length): unset (-1) until written, so
   // a list printed with every default and then given type cosine is refused, not decayed in a step.
   add(s, "total_steps", Impl::unset_in_lists,
-      "cosine, linear (required with them): the step at which the decay reaches min_lr_factor.",
+      "cosine, linear (required with them): the step at which the decay reaches min_lr_factor; more than "
+      "warmup_steps.",
       V::integer(R::total_steps, V::Special{Impl::unset_in_lists, "unset"}));
   add(s, "min_lr_factor", 0.0, "cosine, linear: the final factor.", V::real(R::min_lr_factor));
   add(s, "step_size", Impl::unset_in_lists, "step (required with it): steps between two decays.",

@@ -8,7 +8,9 @@
 //
 // with p = clamp((t - warmup_steps) / (total_steps - warmup_steps), 0, 1). During warmup
 // (t <= warmup_steps) the factor is t / warmup_steps. "Warmup then cosine" is
-// LRSchedule::cosine(total, min).with_warmup(w).
+// LRSchedule::cosine(total, min).with_warmup(w). Against torch.optim's schedulers stepped after
+// each optimizer step: step decay and warmup give their factors; cosine and linear decay are one
+// step ahead (step t takes what torch's step t + 1 takes; docs/parameters.md).
 #ifndef KOPTIM_CORE_SCHEDULE_HPP
 #define KOPTIM_CORE_SCHEDULE_HPP
 

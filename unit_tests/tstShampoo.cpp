@@ -126,9 +126,71 @@ TEST(Shampoo, BeforePreconditioningEqualsTorchThroughGrafting) {
 // block; the 1x2 block fed G1 = [1, 0], G2 = [0, 1] has L = [2] and R = I at step 2, so with
 // b2 = 1 its direction is 2^(-1/4) G2. With b2 < 1 the factors are diagonal and the step is known
 // in closed form, with and without bias correction.
+// Step 6's weight decay under a schedule, in closed form: with b1 = 0, SGD grafting before any
+// root and a zero gradient, P = alpha W and W <- W (1 - lr_t alpha), alpha = wd (decoupled),
+// wd lr_t / lr (corrected), wd / lr (independent), lr_t = lr t / 4 during a 4-step warmup. The
+// reference cases run without a schedule (lr_t = lr), where corrected equals decoupled and
+// independent cannot be told from wd / lr_t.
+TEST(Shampoo, WeightDecayTypesFollowTheSchedule) {
+  const double lr = 0.1, wd = 0.5;
+  for (const std::string type : {"decoupled", "corrected", "independent"}) {
+    Kokkos::View<double*> W("W", 3), G("G", 3);
+    koptim::ParameterSet params;
+    params.add("w", W, G);
+    auto hW = Kokkos::create_mirror_view(W);
+    hW(0) = 1.0, hW(1) = -2.0, hW(2) = 0.5;
+    Kokkos::deep_copy(W, hW);
+    Teuchos::ParameterList l;
+    l.set("optimizer", std::string("Shampoo"));
+    l.set("lr", lr);
+    l.set("weight_decay", wd);
+    l.set("weight_decay_type", type);
+    Teuchos::Array<double> betas(2);
+    betas[0] = 0.0, betas[1] = 1.0;
+    l.set("betas", betas);
+    l.set("grafting", std::string("SGD"));
+    l.set("precondition_frequency", 1000), l.set("start_preconditioning_step", 1000);
+    l.sublist("lr_schedule").set("type", std::string("linear_warmup")).set("warmup_steps", 4);
+    auto opt              = koptim::create(params, l);
+    std::vector<double> w = {1.0, -2.0, 0.5};
+    for (int t = 1; t <= 6; ++t) {
+      opt->step();
+      const double lr_t  = lr * std::min(t, 4) / 4.0;
+      const double alpha = type == "decoupled" ? wd : type == "corrected" ? wd * lr_t / lr : wd / lr;
+      for (auto& x : w) x *= 1.0 - lr_t * alpha;
+    }
+    Kokkos::deep_copy(hW, W);
+    for (int i = 0; i < 3; ++i) EXPECT_NEAR(hW(i), w[i], 1e-14 * std::abs(w[i])) << type << " " << i;
+  }
+}
+
+// The first root at step s, then at the multiples of f after it: (t % f == 0 and t > s) or
+// t == s. With f = 3 and s = 4 (not a multiple): steps 4, 6, 9 (the tests' other cases have s a
+// multiple of f, where "t % f == 0 and t >= s" gives the same steps).
+TEST(Shampoo, FirstRootAtTheStartStepThenEveryFrequency) {
+  Kokkos::View<double*> W("W", 4), G("G", 4);
+  koptim::ParameterSet params;
+  params.add("w", W, G);
+  Kokkos::deep_copy(G, 0.25);
+  Teuchos::ParameterList l;
+  l.set("optimizer", std::string("Shampoo"));
+  l.set("precondition_frequency", 3);
+  l.set("start_preconditioning_step", 4);
+  auto opt = koptim::create(params, l);
+  auto& sh = dynamic_cast<koptim::Shampoo&>(*opt);
+  std::vector<int> at;
+  for (int t = 1; t <= 10; ++t) {
+    const auto before = sh.phase_times().amortized_computations;
+    opt->step();
+    if (sh.phase_times().amortized_computations > before) at.push_back(t);
+  }
+  EXPECT_EQ(at, std::vector<int>({4, 6, 9}));
+}
+
 TEST(Shampoo, HandComputedSteps) {
   for (double b2 : {1.0, 0.5}) {
     for (bool bias : {true, false}) {
+      if (b2 == 1.0 && !bias) continue;  // refused: with betas [0, 1] the key has no effect
       Kokkos::View<double**> W("W", 3, 2), G("G", 3, 2);
       koptim::ParameterSet params;
       params.add("w", W, G);
@@ -921,6 +983,17 @@ TEST(Shampoo, RefusesKeysThatWouldHaveNoEffect) {
        },
        [](List& l) { l.set("eigenvalue_corrected", false); },
        "inverse_exponent_override would have no effect: eigenvalue_corrected = true computes eigenbases"},
+      {[](List& l) {
+         Teuchos::Array<double> betas(2);
+         betas[0] = 0.0, betas[1] = 1.0;
+         l.set("betas", betas), l.set("use_bias_correction", false);
+       },
+       [](List& l) {
+         Teuchos::Array<double> betas(2);
+         betas[0] = 0.0, betas[1] = 0.999;  // factors that are averages: their bias correction
+         l.set("betas", betas);
+       },
+       "use_bias_correction = false would have no effect: with betas = [0, 1] nothing is bias-corrected"},
   };
   for (const auto& c : cases) {
     List l;
@@ -938,6 +1011,10 @@ TEST(Shampoo, RefusesKeysThatWouldHaveNoEffect) {
   d.set("grafting_epsilon", 1e-10);
   d.set("root_method", std::string("eigen"));
   d.set("pseudo_inverse", false);
+  d.set("use_bias_correction", true);
+  Teuchos::Array<double> betas(2);
+  betas[0] = 0.0, betas[1] = 1.0;
+  d.set("betas", betas);
   EXPECT_NO_THROW(koptim::create(params, d));
 }
 

@@ -1544,6 +1544,9 @@ Shampoo::Shampoo(ParameterSet params, CommonOptions common, ShampooOptions optio
                              "it applies to momentum > 0 (momentum is 0)");
     Impl::refuse_ineffective(me, o.beta3 && o.betas[0] == 0.0, "beta3 = " + Impl::real_string(o.beta3.value_or(0)),
                              "with betas[0] = 0 the gradient is not filtered");
+    Impl::refuse_ineffective(me, !o.use_bias_correction && o.betas[0] == 0.0 && o.betas[1] == 1.0,
+                             "use_bias_correction = false",
+                             "with betas = [0, 1] nothing is bias-corrected (no filter, and factors that are sums)");
     for (const auto& kv : o.inverse_exponent_override)
       Impl::require(me, "inverse_exponent_override/" + order_key(kv.first), kv.second, R::inverse_exponent);
     for (const auto& kv : o.inverse_exponent_override_dim)

@@ -601,6 +601,20 @@ TEST(Defects, ShampooImportRefusesNonFiniteEntries) {
 }
 
 // A step counter near INT64_MAX was accepted and overflowed in step().
+// lr(g), base_lr(g) and weight_decay(g) of a group that does not exist threw std::out_of_range,
+// which a catch of koptim::Error does not see; a ConfigError naming the group now.
+TEST(Defects, AGroupThatDoesNotExistIsAKoptimError) {
+  Model<float> m;
+  auto opt = koptim::create(m.params, list_for("Adam"));
+  for (const int g : {1, -1}) {
+    const std::string where = " group " + std::to_string(g) + " does not exist; allowed: 0 to 0";
+    expect_error<koptim::ConfigError>([&] { opt->lr(g); }, {"koptim::Adam::lr:" + where});
+    expect_error<koptim::ConfigError>([&] { opt->base_lr(g); }, {"koptim::Adam::base_lr:" + where});
+    expect_error<koptim::ConfigError>([&] { opt->weight_decay(g); }, {"koptim::Adam::weight_decay:" + where});
+  }
+  EXPECT_EQ(opt->lr(0), 0.01);
+}
+
 TEST(Defects, StepCounterLimit) {
   for (const auto& name : all_optimizers) {
     Model<float> m;

@@ -52,17 +52,30 @@ Optimizer::Optimizer(std::string name, ParameterSet params, CommonOptions common
   });
 }
 
+const ParameterGroup& Optimizer::group(int group, const char* what) const {
+  const auto& groups = params_.groups();
+  if (group < 0 || static_cast<std::size_t>(group) >= groups.size()) {
+    throw ConfigError("koptim::" + name_ + "::" + what + ": group " + std::to_string(group) +
+                      " does not exist; allowed: 0 to " + std::to_string(static_cast<long>(groups.size()) - 1) +
+                      " (the parameter set's groups)");
+  }
+  return groups[static_cast<std::size_t>(group)];
+}
+
 double Optimizer::base_lr(int group) const {
-  const auto& g = params_.groups().at(group);
+  const auto& g = this->group(group, "base_lr");
   return g.options.lr ? *g.options.lr : *common_.lr;
 }
 
 double Optimizer::weight_decay(int group) const {
-  const auto& g = params_.groups().at(group);
+  const auto& g = this->group(group, "weight_decay");
   return g.options.weight_decay ? *g.options.weight_decay : *common_.weight_decay;
 }
 
-double Optimizer::lr(int group) const { return base_lr(group) * common_.lr_schedule.factor(step_ + 1); }
+double Optimizer::lr(int group) const {
+  this->group(group, "lr");
+  return base_lr(group) * common_.lr_schedule.factor(step_ + 1);
+}
 
 namespace Impl {
 

@@ -198,6 +198,10 @@ class Optimizer {
   // check_gradients, its outcome agreed on over step_communicator() (the step taken, skipped or
   // refused on every rank alike).
   bool checked_on_every_rank(const ExecutionSpace& exec);
+  // Group `group` of the parameter set; ConfigError naming the caller (what) when there is none.
+  const ParameterGroup& group(int group, const char* what) const;
+  // The message of step() or export_state() (what) refused after an interrupted step.
+  std::string refused_after_interruption(const std::string& what) const;
   // Every gradient's place, for the check that reads them all in one kernel (built at the first
   // checked step).
   struct GradientTable;

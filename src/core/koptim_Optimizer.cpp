@@ -447,5 +447,16 @@ void check_values(const StateTensor& t, const std::string& key, bool nonnegative
   });
 }
 
+StateLayout state_layout(const TensorRef& param) { return param.layout_right ? StateLayout::right : StateLayout::left; }
+
+void check_layout(const StateTensor& t, StateLayout expected, const std::string& who, const std::string& key,
+                  const std::string& parameter) {
+  if (t.layout == StateLayout::any || expected == StateLayout::any || t.layout == expected) return;
+  const auto name = [](StateLayout l) { return l == StateLayout::right ? "LayoutRight" : "LayoutLeft"; };
+  throw StateError(who + ": state tensor '" + key + "' was exported from a " + name(t.layout) + " parameter; '" +
+                   parameter + "' here is " + name(expected) +
+                   " (the same shape in the other memory order: every element would land on another entry)");
+}
+
 }  // namespace Impl
 }  // namespace koptim

@@ -27,8 +27,9 @@ bool OptimizerState::operator==(const OptimizerState& o) const {
     auto it = o.tensors.find(kv.first);
     if (it == o.tensors.end()) return false;
     const auto &a = kv.second, &b = it->second;
-    if (a.dtype != b.dtype || a.shape != b.shape || a.whole != b.whole || a.offset != b.offset ||
-        a.num_bytes() != b.num_bytes() || (a.num_bytes() > 0 && std::memcmp(a.bytes(), b.bytes(), a.num_bytes()) != 0))
+    if (a.dtype != b.dtype || a.shape != b.shape || a.layout != b.layout || a.whole != b.whole ||
+        a.offset != b.offset || a.num_bytes() != b.num_bytes() ||
+        (a.num_bytes() > 0 && std::memcmp(a.bytes(), b.bytes(), a.num_bytes()) != 0))
       return false;
   }
   return true;

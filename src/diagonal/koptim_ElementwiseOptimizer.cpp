@@ -141,8 +141,9 @@ void ElementwiseOptimizer::export_tensors(OptimizerState& state) const {
   const auto& ps = parameters();
   for (const auto& pc : pieces_) {
     for (std::size_t s = 0; s < slots_.size(); ++s) {
-      auto& t = state.tensors[key(pc, s)];
-      t       = pc.buffers[s].to_state(sharded() ? std::vector<std::int64_t>{pc.size} : ps[pc.param].param.shape);
+      auto& t  = state.tensors[key(pc, s)];
+      t        = pc.buffers[s].to_state(sharded() ? std::vector<std::int64_t>{pc.size} : ps[pc.param].param.shape);
+      t.layout = Impl::state_layout(ps[pc.param].param);
       if (sharded()) {
         t.whole  = ps[pc.param].param.shape;
         t.offset = pc.offset;
@@ -206,6 +207,7 @@ Optimizer::StateKeys ElementwiseOptimizer::check_entries(const OptimizerState& s
             ", expected " + shape_string(shape) +
             (sharded() ? " (this rank's slice)" : " (the shape of parameter '" + ps[pc.param].name + "')"));
       }
+      check_layout(t, state_layout(ps[pc.param].param), "koptim::" + name() + "::import_state", k, ps[pc.param].name);
       check_values(t, k, nonnegative_slot(slots_[s]));
       held.tensors.insert(k);
     }

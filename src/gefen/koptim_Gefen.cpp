@@ -988,6 +988,8 @@ struct Expected {
   ScalarType dtype;
   std::vector<std::int64_t> shape;
   enum Check { index, codebook, nonnegative } check;
+  StateLayout layout    = StateLayout::any;
+  std::string parameter = {};
 };
 
 // Whole tensors of type T, each shared by its owner.
@@ -1275,6 +1277,12 @@ void Gefen::export_tensors(OptimizerState& state) const {
       state.tensors[name + "/exp_avg_sq"] =
           t.v.to_state(L.kind == GefenSecondMoment::full ? ps[i].param.shape : std::vector<std::int64_t>{L.v_count});
     }
+    // Every tensor of the parameter follows its memory order (the blocks of the partition run
+    // along it).
+    for (const char* slot : {"/indices", "/absmax", "/exp_avg_sq_row", "/exp_avg_sq_col", "/exp_avg_sq"}) {
+      auto it = state.tensors.find(name + slot);
+      if (it != state.tensors.end()) it->second.layout = Impl::state_layout(ps[i].param);
+    }
   }
 }
 
@@ -1322,15 +1330,16 @@ Optimizer::StateKeys Gefen::check_entries(const OptimizerState& state) const {
       held.integers.insert(key);
       const Layout L                = make_layout(p.param, part, options_);
       const ScalarType T            = p.param.dtype;
-      expected[p.name + "/indices"] = {ScalarType::uint8, p.param.shape, Expected::index};
-      expected[p.name + "/absmax"]  = {T, {L.scale_blocks}, Expected::nonnegative};
+      const StateLayout in          = Impl::state_layout(p.param);
+      expected[p.name + "/indices"] = {ScalarType::uint8, p.param.shape, Expected::index, in, p.name};
+      expected[p.name + "/absmax"]  = {T, {L.scale_blocks}, Expected::nonnegative, in, p.name};
       if (L.kind == GefenSecondMoment::factored) {
-        expected[p.name + "/exp_avg_sq_row"] = {T, {L.rows}, Expected::nonnegative};
-        expected[p.name + "/exp_avg_sq_col"] = {T, {L.cols}, Expected::nonnegative};
+        expected[p.name + "/exp_avg_sq_row"] = {T, {L.rows}, Expected::nonnegative, in, p.name};
+        expected[p.name + "/exp_avg_sq_col"] = {T, {L.cols}, Expected::nonnegative, in, p.name};
       } else {
         expected[p.name + "/exp_avg_sq"] = {
             T, L.kind == GefenSecondMoment::full ? p.param.shape : std::vector<std::int64_t>{L.v_count},
-            Expected::nonnegative};
+            Expected::nonnegative, in, p.name};
       }
     }
   }
@@ -1350,6 +1359,7 @@ Optimizer::StateKeys Gefen::check_entries(const OptimizerState& state) const {
       fail("state tensor '" + key + "' has shape " + shape_string(t.shape) + " (" + std::to_string(t.data.size()) +
            " bytes), expected " + shape_string(e.second.shape));
     }
+    Impl::check_layout(t, e.second.layout, "koptim::Gefen::import_state", key, e.second.parameter);
     const std::vector<double> x = values_of(t);
     for (std::size_t k = 0; k < x.size(); ++k) {
       // is_finite first: ordered comparisons on NaN would raise FE_INVALID.

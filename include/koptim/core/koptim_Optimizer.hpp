@@ -243,6 +243,14 @@ GradientCheck check_gradient(const TensorRef& t, bool squares, const ExecutionSp
 // holds a NaN or Inf, or (nonnegative) a negative value. Changes nothing.
 void check_values(const StateTensor& t, const std::string& key, bool nonnegative);
 
+// The StateLayout of a state tensor in the memory order of `param`.
+StateLayout state_layout(const TensorRef& param);
+
+// Throws StateError (who: the caller) when t's layout and the expected one are both known and
+// differ: t was exported from a parameter of the other memory order. Changes nothing.
+void check_layout(const StateTensor& t, StateLayout expected, const std::string& who, const std::string& key,
+                  const std::string& parameter);
+
 // Names, scalar types, shapes, layouts and groups of the parameters, and the common options.
 std::string describe_parameters(const Optimizer& opt);
 

@@ -15,9 +15,18 @@
 
 namespace koptim {
 
+// The memory order of a state tensor that lies in its parameter's memory order (the element-wise
+// slots, Gefen's per-parameter state): the parameter's Kokkos layout, so that a state exported
+// from a LayoutRight parameter is not imported into a LayoutLeft one of the same shape (a host
+// build's View<float**> against a CUDA build's), where every element would land on another
+// entry. `any` for every other tensor and for a state read from a checkpoint (whose parameters'
+// layouts the checkpoint layer compares itself).
+enum class StateLayout : std::uint8_t { any, right, left };
+
 struct StateTensor {
   ScalarType dtype = ScalarType::float32;
   std::vector<std::int64_t> shape;
+  StateLayout layout = StateLayout::any;
   std::vector<unsigned char> data;  // host copy, native byte order
   // A slice of sharded state: data holds the elements [offset, offset + size()) of a tensor of
   // shape `whole` in its memory order (shape is then {size()}). Empty `whole`: not a slice.

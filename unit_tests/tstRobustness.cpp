@@ -612,6 +612,37 @@ TEST(Defects, ImportRefusesAStateOfTheOtherMemoryOrder) {
   }
 }
 
+// Shampoo's amortized computation found a root that is not finite (epsilon = 0 without
+// pseudo_inverse, a rank-1 factor) after the factors had taken the step's gradient, and threw as
+// if nothing had changed: a loop that caught the error and went on stepped from a state that was
+// no step's (the gradient in the factors, the step not counted). The optimizer is now
+// interrupted: the error says so, step() and export_state() refuse naming it, and import_state()
+// of a saved state restores it. A step refused by its checks does not interrupt.
+TEST(Defects, ShampooRootErrorInterruptsTheOptimizer) {
+  Model<float> m;
+  auto l = list_for("Shampoo");
+  l.set("epsilon", 0.0);
+  auto opt         = koptim::create(m.params, l);
+  const auto saved = opt->export_state();
+  m.grads([](std::int64_t) { return std::numeric_limits<double>::infinity(); }, [](std::int64_t) { return 0.1; });
+  expect_error<koptim::NonFiniteError>([&] { opt->step(); }, {"non-finite"});
+  EXPECT_FALSE(opt->interrupted());
+  m.grads([](std::int64_t i) { return 0.01 * static_cast<double>(i % 7 + 1); }, [](std::int64_t) { return 0.1; });
+  expect_error<koptim::NonFiniteError>(
+      [&] { opt->step(); }, {"a zero eigenvalue with epsilon = 0", "the factors had taken this step's gradient"});
+  EXPECT_TRUE(opt->interrupted());
+  EXPECT_EQ(opt->step_count(), 0);
+  for (const char* what : {"step", "export_state"}) {
+    expect_error<koptim::Error>(
+        [&] { std::string(what) == "step" ? opt->step() : static_cast<void>(opt->export_state()); },
+        {std::string("koptim::Shampoo::") + what + ": refused: step 1 threw after it had begun to change",
+         "a zero eigenvalue with epsilon = 0", "import_state() a saved state"});
+  }
+  opt->import_state(saved);
+  EXPECT_FALSE(opt->interrupted());
+  EXPECT_TRUE(opt->export_state() == saved);
+}
+
 TEST(Defects, ShampooImportRefusesNonFiniteEntries) {
   Model<double> m;
   auto opt = make(m, "Shampoo");

@@ -318,6 +318,7 @@ bool Optimizer::checked_on_every_rank(const ExecutionSpace& exec) {
 
 void Optimizer::step(const ExecutionSpace& exec) {
   Impl::ScopedRegion region("koptim::" + name_ + "::step");
+  if (!interrupted_.empty()) throw Error(refused_after_interruption("step"));
   status_      = StepStatus();
   status_.step = step_;
   if (step_ >= max_step_count || skipped_ >= max_step_count) {
@@ -333,7 +334,16 @@ void Optimizer::step(const ExecutionSpace& exec) {
   const std::int64_t t = step_ + 1;
   std::vector<double> lrs(params_.groups().size());
   for (std::size_t g = 0; g < lrs.size(); ++g) lrs[g] = base_lr(static_cast<int>(g)) * common_.lr_schedule.factor(t);
-  update(exec, t, lrs);
+  changing_ = false;
+  try {
+    update(exec, t, lrs);
+  } catch (const std::exception& e) {
+    if (changing_) interrupted_ = e.what();
+    throw;
+  } catch (...) {
+    if (changing_) interrupted_ = "an exception that is not a std::exception";
+    throw;
+  }
   if (status_.skipped) {
     ++skipped_;
     return;
@@ -343,8 +353,15 @@ void Optimizer::step(const ExecutionSpace& exec) {
   status_.taken = true;
 }
 
+std::string Optimizer::refused_after_interruption(const std::string& what) const {
+  return "koptim::" + name_ + "::" + what + ": refused: step " + std::to_string(step_ + 1) +
+         " threw after it had begun to change the optimizer state, which is therefore no step's (the error: " +
+         interrupted_ + "); import_state() a saved state, or load a checkpoint, first";
+}
+
 OptimizerState Optimizer::export_state() const {
   Impl::ScopedRegion region("koptim::" + name_ + "::export_state");
+  if (!interrupted_.empty()) throw Error(refused_after_interruption("export_state"));
   OptimizerState s;
   s.optimizer                 = name_;
   s.integers["step"]          = step_;
@@ -359,6 +376,7 @@ void Optimizer::import_state(const OptimizerState& s) {
   import_tensors(s);
   step_    = s.integers.at("step");
   skipped_ = s.integers.at("skipped_steps");
+  interrupted_.clear();
 }
 
 Optimizer::StatePart Optimizer::state_part(const std::string&) const { return {}; }

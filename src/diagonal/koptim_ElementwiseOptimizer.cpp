@@ -125,6 +125,7 @@ std::size_t ElementwiseOptimizer::state_bytes() const {
 }
 
 void ElementwiseOptimizer::update(const ExecutionSpace& exec, std::int64_t t, const std::vector<double>& lrs) {
+  state_changing();  // the gradients were checked: from here on a failure interrupts
   update_pieces(exec, t, lrs);
   if (comm_) {
     ScopedRegion region("koptim::" + name() + "::all_gather_parameters");

@@ -1212,7 +1212,8 @@ void Gefen::initialise(const ExecutionSpace& exec) {
 }
 
 void Gefen::update(const ExecutionSpace& exec, std::int64_t t, const std::vector<double>& lrs) {
-  if (!state_->initialised) initialise(exec);
+  if (!state_->initialised) initialise(exec);  // built to the side: a throw there changes nothing
+  state_changing();
   const auto& ps = parameters();
   State& st      = *state_;
   // One small collective per step, so that a rank whose update failed fails every rank instead of

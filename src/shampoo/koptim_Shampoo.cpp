@@ -1035,6 +1035,11 @@ void ShampooBlocks<T>::amortized(std::int64_t t) {
   rotate_filter(false);
 }
 
+// What the errors of the amortized computation add: the factors already hold the step's gradient.
+const char* const interrupts =
+    "; the factors had taken this step's gradient: the optimizer refuses to step or export until a state is "
+    "imported";
+
 template <class T>
 void ShampooBlocks<T>::compute_bases(std::int64_t t) {
   const double scale = o_.use_bias_correction && b2_ < 1.0 ? 1.0 / (1.0 - std::pow(b2_, static_cast<double>(t))) : 1.0;
@@ -1189,7 +1194,7 @@ void ShampooBlocks<T>::compute_bases(std::int64_t t) {
               << " (a larger epsilon, or pseudo_inverse with epsilon = 0)";
         }
         throw NonFiniteError("koptim::Shampoo::step: " + b.where(ps_, layouts_) + ", factor " +
-                             std::to_string(s.owner[a].second) + ": " + why.str());
+                             std::to_string(s.owner[a].second) + ": " + why.str() + interrupts);
       }
       if (status[a] == 1) {
         block_failed[s.owner[a].first] = 1;
@@ -1207,7 +1212,7 @@ void ShampooBlocks<T>::compute_bases(std::int64_t t) {
     if (++b.failures > o_.num_tolerated_failed_amortized_computations) {
       throw Error("koptim::Shampoo::step: " + b.where(ps_, layouts_) + ": the root-inverse computation failed " +
                   std::to_string(b.failures) + " times in a row (num_tolerated_failed_amortized_computations = " +
-                  std::to_string(o_.num_tolerated_failed_amortized_computations) + ")");
+                  std::to_string(o_.num_tolerated_failed_amortized_computations) + ")" + interrupts);
     }
   }
   roots_ready_ = true;
@@ -1786,8 +1791,11 @@ void Shampoo::update(const ExecutionSpace& exec, std::int64_t t, const std::vect
       throw NonFiniteError(error);
     }
   }
-  // An error on one rank (a failed allocation in the amortized computation) reaches every rank,
-  // in every group, before the all-gather.
+  // From here on the state changes: an error (below, a root that is not finite or too many failed
+  // root computations, found after the factors took this step's gradient) interrupts the
+  // optimizer (Optimizer::interrupted()). An error on one rank (a failed allocation in the
+  // amortized computation) reaches every rank, in every group, before the all-gather.
+  state_changing();
   Impl::run_together(comm_.get(), [&] {
     {
       Impl::ScopedRegion r("koptim::Shampoo::accumulate");

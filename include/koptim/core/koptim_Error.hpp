@@ -1,6 +1,7 @@
 // koptim's exceptions. Every rejected input throws one of these with a message that names what
 // was wrong (the parameter, key or value) and what is allowed; the optimizer state and the
-// parameters are left as they were.
+// parameters are left as they were. The errors found only after a step has begun to change the
+// state (Shampoo's inverse roots) say so and interrupt the optimizer (Optimizer::interrupted()).
 #ifndef KOPTIM_CORE_ERROR_HPP
 #define KOPTIM_CORE_ERROR_HPP
 

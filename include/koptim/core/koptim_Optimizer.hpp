@@ -108,6 +108,12 @@ class Optimizer {
 
   // Steps taken (skipped steps are not counted).
   std::int64_t step_count() const { return step_; }
+  // True after a step threw once it had begun to change the state (Shampoo's inverse-root
+  // errors, a failure in a collective or an allocation during the update): the state is then no
+  // step's, and step() and export_state() refuse, naming that error, until import_state()
+  // restores a state (a saved one, or a checkpoint's). A step refused by its checks changes
+  // nothing and does not interrupt.
+  bool interrupted() const { return !interrupted_.empty(); }
   // The largest step count (and skipped-step count): step counters are used as doubles in bias
   // corrections and schedules, exact up to 2^53. step() and import_state() refuse to pass it.
   static constexpr std::int64_t max_step_count = std::int64_t(1) << 53;
@@ -191,6 +197,9 @@ class Optimizer {
   // An update() that refuses its gradients itself under skip_step sets skipped here: the step is
   // then counted as skipped, not taken (the update must have changed nothing).
   StepStatus& step_status() { return status_; }
+  // An update() calls this where it begins to change the state (after the checks that refuse a
+  // step with nothing changed): an exception after it interrupts the optimizer (interrupted()).
+  void state_changing() { changing_ = true; }
 
  private:
   // False when a gradient is refused and the step is to be skipped; throws for "error".
@@ -215,6 +224,8 @@ class Optimizer {
   std::int64_t step_    = 0;
   std::int64_t skipped_ = 0;
   bool refuse_squares_  = true;
+  bool changing_        = false;
+  std::string interrupted_;  // the error that interrupted a step; empty: the state is a step's
   StepStatus status_;
   std::string configuration_;
 };

@@ -357,6 +357,31 @@ void team_form_at_any_scale(const std::vector<double>& scales) {
     }
   }
 }
+// A factor whose parts differ in scale: after P is scaled to its largest entry, a column of 1e-40
+// (subnormal in float) had a reflector scale 1 / (alpha - beta) beyond the largest float (Inf,
+// then NaN: a failure where LAPACK's form succeeds). The block [[1, .5], [.5, 1]] is not yet
+// diagonal in V = I, so the QR step runs.
+TEST(EigenbasisQr, TeamFormWithATinyBlockFloat) {
+  const double s = 1e-40;
+  Dense A(4);
+  A(0, 0) = A(1, 1) = 1.0;
+  A(0, 1) = A(1, 0) = 0.5;
+  A(2, 2) = A(2, 3) = A(3, 2) = A(3, 3) = s;
+  Batch<float> V("V", 1, 4, 4);
+  for (int i = 0; i < 4; ++i) V(0, i, i) = 1.0f;
+  QrRefreshOptions o;
+  o.tolerance      = 0.0;
+  o.max_iterations = 1;
+  const auto r     = refresh_team<float>({A}, V, o);
+  EXPECT_EQ(r.info, std::vector<int>({0}));
+  for (int k = 0; k < 4; ++k)
+    for (int l = 0; l < 4; ++l) {
+      double dot = 0;
+      for (int i = 0; i < 4; ++i) dot += static_cast<double>(V(0, i, k)) * V(0, i, l);
+      EXPECT_NEAR(dot, k == l ? 1.0 : 0.0, 1e-6) << k << "," << l;
+    }
+}
+
 TEST(EigenbasisQr, TeamFormAtAnyScaleFloat) { team_form_at_any_scale<float>({1.0, 1e-16, 1e-30, 1e20, 1e30}); }
 TEST(EigenbasisQr, TeamFormAtAnyScaleDouble) { team_form_at_any_scale<double>({1.0, 1e-170, 1e170}); }
 

@@ -345,16 +345,18 @@ void batched_eigenbasis_qr_team(const ExecSpace& space, const BatchView& A, cons
                 },
                 x2);
             const double alpha = P(a, k, k);
-            double beta        = alpha;
-            T t = 0, scale = 0;
+            double beta = alpha, scale = 0.0;  // scale in double: a column far below P's largest
+            T t = 0;                           // entry has a reciprocal norm beyond T's range
             if (x2 > 0.0) {
               beta  = alpha >= 0.0 ? -koptim::Impl::sqrt(alpha * alpha + x2) : koptim::Impl::sqrt(alpha * alpha + x2);
               t     = static_cast<T>((beta - alpha) / beta);
-              scale = static_cast<T>(1.0 / (alpha - beta));
+              scale = 1.0 / (alpha - beta);
             }
             team.team_barrier();  // every thread has read alpha
             if (t != T(0))
-              Kokkos::parallel_for(Kokkos::TeamThreadRange(team, k + 1, n), [&](const int i) { P(a, i, k) *= scale; });
+              Kokkos::parallel_for(Kokkos::TeamThreadRange(team, k + 1, n), [&](const int i) {
+                P(a, i, k) = static_cast<T>(static_cast<double>(P(a, i, k)) * scale);
+              });
             Kokkos::single(Kokkos::PerTeam(team), [&]() {
               P(a, k, k) = static_cast<T>(beta);
               tau(a, k)  = t;

@@ -610,6 +610,20 @@ TEST(Defects, ImportRefusesAStateOfTheOtherMemoryOrder) {
                                      {"was exported from a LayoutRight parameter; 'w' here is LayoutLeft"});
     EXPECT_TRUE(left->export_state() == before) << name;
   }
+  // With one extent above 1 ((1, 3), (3, 1)) both layouts are the same memory order: accepted.
+  for (const bool row : {true, false}) {
+    const int r = row ? 1 : 3, c = row ? 3 : 1;
+    Kokkos::View<float**, Kokkos::LayoutRight> wr("wr", r, c), gr("gr", r, c);
+    Kokkos::View<float**, Kokkos::LayoutLeft> wl("wl", r, c), gl("gl", r, c);
+    Kokkos::deep_copy(gr, 0.5f);
+    koptim::ParameterSet right, left;
+    right.add("w", wr, gr);
+    left.add("w", wl, gl);
+    auto from = koptim::create(right, list_for("Adam"));
+    from->step();
+    auto to = koptim::create(left, list_for("Adam"));
+    EXPECT_NO_THROW(to->import_state(from->export_state())) << r << " x " << c;
+  }
 }
 
 // Shampoo's amortized computation found a root that is not finite (epsilon = 0 without

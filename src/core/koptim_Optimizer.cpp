@@ -465,7 +465,12 @@ void check_values(const StateTensor& t, const std::string& key, bool nonnegative
   });
 }
 
-StateLayout state_layout(const TensorRef& param) { return param.layout_right ? StateLayout::right : StateLayout::left; }
+StateLayout state_layout(const TensorRef& param) {
+  // With at most one extent above 1 ((1, n), (n, 1), ...) both layouts are the same memory order.
+  int long_dims = 0;
+  for (const auto e : param.shape) long_dims += e > 1 ? 1 : 0;
+  return param.layout_right || long_dims <= 1 ? StateLayout::right : StateLayout::left;
+}
 
 void check_layout(const StateTensor& t, StateLayout expected, const std::string& who, const std::string& key,
                   const std::string& parameter) {

@@ -338,10 +338,10 @@ void Optimizer::step(const ExecutionSpace& exec) {
   try {
     update(exec, t, lrs);
   } catch (const std::exception& e) {
-    if (changing_) interrupted_ = e.what();
+    if (changing_) interrupt("step " + std::to_string(t), e.what());
     throw;
   } catch (...) {
-    if (changing_) interrupted_ = "an exception that is not a std::exception";
+    if (changing_) interrupt("step " + std::to_string(t), "");
     throw;
   }
   if (status_.skipped) {
@@ -353,10 +353,14 @@ void Optimizer::step(const ExecutionSpace& exec) {
   status_.taken = true;
 }
 
+void Optimizer::interrupt(const std::string& call, const std::string& error) {
+  interrupted_ = call + " threw after it had begun to change the optimizer state, which is therefore no step's (" +
+                 (error.empty() ? std::string("an exception without a message") : "the error: " + error) + ")";
+}
+
 std::string Optimizer::refused_after_interruption(const std::string& what) const {
-  return "koptim::" + name_ + "::" + what + ": refused: step " + std::to_string(step_ + 1) +
-         " threw after it had begun to change the optimizer state, which is therefore no step's (the error: " +
-         interrupted_ + "); import_state() a saved state, or load a checkpoint, first";
+  return "koptim::" + name_ + "::" + what + ": refused: " + interrupted_ +
+         "; import_state() a saved state, or load a checkpoint, first";
 }
 
 OptimizerState Optimizer::export_state() const {
@@ -373,7 +377,17 @@ OptimizerState Optimizer::export_state() const {
 void Optimizer::import_state(const OptimizerState& s) {
   Impl::ScopedRegion region("koptim::" + name_ + "::import_state");
   check_state(s);
-  import_tensors(s);
+  // The checks passed: the tensors are written in place, one after the other, so a failure from
+  // here on (memory, a device copy) leaves some of them new.
+  try {
+    import_tensors(s);
+  } catch (const std::exception& e) {
+    interrupt("import_state", e.what());
+    throw;
+  } catch (...) {
+    interrupt("import_state", "");
+    throw;
+  }
   step_    = s.integers.at("step");
   skipped_ = s.integers.at("skipped_steps");
   interrupted_.clear();

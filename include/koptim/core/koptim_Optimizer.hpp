@@ -109,10 +109,11 @@ class Optimizer {
   // Steps taken (skipped steps are not counted).
   std::int64_t step_count() const { return step_; }
   // True after a step threw once it had begun to change the state (Shampoo's inverse-root
-  // errors, a failure in a collective or an allocation during the update): the state is then no
-  // step's, and step() and export_state() refuse, naming that error, until import_state()
-  // restores a state (a saved one, or a checkpoint's). A step refused by its checks changes
-  // nothing and does not interrupt.
+  // errors, a failure in a collective or an allocation during the update), or an import_state()
+  // threw after its checks had passed (writing the tensors): the state is then no step's, and
+  // step() and export_state() refuse, naming that error, until import_state() restores a state (a
+  // saved one, or a checkpoint's). A step refused by its checks changes nothing and does not
+  // interrupt.
   bool interrupted() const { return !interrupted_.empty(); }
   // The largest step count (and skipped-step count): step counters are used as doubles in bias
   // corrections and schedules, exact up to 2^53. step() and import_state() refuse to pass it.
@@ -211,6 +212,9 @@ class Optimizer {
   const ParameterGroup& group(int group, const char* what) const;
   // The message of step() or export_state() (what) refused after an interrupted step.
   std::string refused_after_interruption(const std::string& what) const;
+  // Marks the optimizer interrupted: call ("step 3", "import_state") threw error after it had
+  // begun to change the state.
+  void interrupt(const std::string& call, const std::string& error);
   // Every gradient's place, for the check that reads them all in one kernel (built at the first
   // checked step).
   struct GradientTable;
@@ -225,7 +229,7 @@ class Optimizer {
   std::int64_t skipped_ = 0;
   bool refuse_squares_  = true;
   bool changing_        = false;
-  std::string interrupted_;  // the error that interrupted a step; empty: the state is a step's
+  std::string interrupted_;  // what interrupted the optimizer; empty: the state is a step's
   StepStatus status_;
   std::string configuration_;
 };

@@ -109,6 +109,31 @@ TEST(RankAgreement, StateOneRankCannotHoldFailsEveryRank) {
 
 // A gradient refused on one rank (its own gradients, not averaged): skip_step skips the step on
 // every rank, error throws on every rank; then the next step runs on every rank as before.
+// An optimizer interrupted on one rank alone (its import_state() failed while writing the
+// tensors) refused its next step at once while the other ranks went on into the step's
+// collectives: a hang. The refusal is now part of the gradient check's agreement, so every rank
+// refuses with that rank's message; a state import on every rank clears it.
+TEST(RankAgreement, AnInterruptionOnOneRankRefusesTheStepOnEveryRank) {
+  for (const std::string name : {"AdamW", "Gefen", "Shampoo"}) {
+    SCOPED_TRACE(name);
+    Model m;
+    auto opt = koptim::create(m.params, list(name, true), world());
+    m.gradients(1);
+    opt->step();
+    const auto saved = opt->export_state();
+    if (odd_one_out()) koptim::Impl::interrupt(*opt, "import_state", "a test's failure");
+    m.gradients(2);
+    expect_error<koptim::Error>([&] { opt->step(); },
+                                {(world()->size() > 1 ? "rank " + std::to_string(world()->size() - 1) + ": " : "") +
+                                     "koptim::" + name + "::step: refused: import_state threw",
+                                 "a test's failure"});
+    EXPECT_EQ(opt->step_count(), 1);
+    opt->import_state(saved);
+    opt->step();
+    EXPECT_EQ(opt->step_count(), 2);
+  }
+}
+
 TEST(RankAgreement, AGradientRefusedOnOneRankSkipsOrFailsEveryRank) {
   for (const std::string name : {"AdamW", "Gefen", "Shampoo"}) {
     SCOPED_TRACE(name);

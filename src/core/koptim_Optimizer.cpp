@@ -299,7 +299,12 @@ bool Optimizer::checked_on_every_rank(const ExecutionSpace& exec) {
   // allocation, a Kokkos error).
   std::string local;
   try {
-    if (!check_gradients(exec)) local = "s" + status_.refused_parameter + '\0';
+    // An interrupted rank refuses here, in the agreement, so that every rank refuses with it
+    // (an interruption on one rank alone: its import_state() failed).
+    if (!interrupted_.empty())
+      local = "x" + refused_after_interruption("step");
+    else if (!check_gradients(exec))
+      local = "s" + status_.refused_parameter + '\0';
   } catch (const NonFiniteError& e) {
     local = "n" + status_.refused_parameter + '\0' + e.what();
   } catch (const std::exception& e) {
@@ -318,7 +323,11 @@ bool Optimizer::checked_on_every_rank(const ExecutionSpace& exec) {
 
 void Optimizer::step(const ExecutionSpace& exec) {
   Impl::ScopedRegion region("koptim::" + name_ + "::step");
-  if (!interrupted_.empty()) throw Error(refused_after_interruption("step"));
+  // Refused at once where no rank waits for this one; else in the gradient check's agreement.
+  const comm::Communicator* agreeing = step_communicator();
+  if (!interrupted_.empty() &&
+      (!agreeing || agreeing->size() == 1 || common_.nonfinite_gradient == NonFiniteGradient::unchecked))
+    throw Error(refused_after_interruption("step"));
   status_      = StepStatus();
   status_.step = step_;
   if (step_ >= max_step_count || skipped_ >= max_step_count) {
@@ -396,6 +405,8 @@ void Optimizer::import_state(const OptimizerState& s) {
 Optimizer::StatePart Optimizer::state_part(const std::string&) const { return {}; }
 
 void Impl::set_configuration(Optimizer& opt, std::string xml) { opt.configuration_ = std::move(xml); }
+
+void Impl::interrupt(Optimizer& opt, const std::string& call, const std::string& error) { opt.interrupt(call, error); }
 
 void Optimizer::check_state(const OptimizerState& s) const {
   if (s.optimizer != name_) {

@@ -1574,21 +1574,27 @@ LoadReport load_checkpoint(const std::string& path, Optimizer& opt, const LoadOp
 
   // Every rank has checked everything: now change. What can still fail here (memory for the
   // imported state's tables, a device copy) is agreed on too, so that no rank trains on while
-  // another has thrown (no collective inside: import_state has none).
-  r.together([&] {
-    opt.import_state(state);
-    if (!report.parameters_loaded) return;
-    for (std::size_t i = 0; i < ps.size(); ++i) {
-      const auto& t = ps[i].param;
-      if (t.size == 0) continue;
-      dispatch(t.dtype, [&](auto zero) {
-        using T = decltype(zero);
-        Kokkos::View<const T*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged> > h(
-            reinterpret_cast<const T*>(values[i].data()), t.size);
-        Kokkos::deep_copy(t.flat<T>(), h);
-      });
-    }
-  });
+  // another has thrown (no collective inside: import_state has none); the optimizer is then
+  // interrupted on every rank, since one rank holds a state that is in part the file's.
+  try {
+    r.together([&] {
+      opt.import_state(state);
+      if (!report.parameters_loaded) return;
+      for (std::size_t i = 0; i < ps.size(); ++i) {
+        const auto& t = ps[i].param;
+        if (t.size == 0) continue;
+        dispatch(t.dtype, [&](auto zero) {
+          using T = decltype(zero);
+          Kokkos::View<const T*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged> > h(
+              reinterpret_cast<const T*>(values[i].data()), t.size);
+          Kokkos::deep_copy(t.flat<T>(), h);
+        });
+      }
+    });
+  } catch (const std::exception& e) {
+    koptim::Impl::interrupt(opt, "load_checkpoint", e.what());
+    throw;
+  }
   report.step = opt.step_count();
   return report;
 }

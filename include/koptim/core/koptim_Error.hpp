@@ -1,7 +1,9 @@
 // koptim's exceptions. Every rejected input throws one of these with a message that names what
 // was wrong (the parameter, key or value) and what is allowed; the optimizer state and the
-// parameters are left as they were. The errors found only after a step has begun to change the
-// state (Shampoo's inverse roots) say so and interrupt the optimizer (Optimizer::interrupted()).
+// parameters are left as they were. An error found only after a step has begun to change the
+// state (Shampoo's inverse roots, which say so; a collective or an allocation failing during the
+// update; an import_state() failing while it writes the tensors) interrupts the optimizer
+// instead (Optimizer::interrupted()).
 #ifndef KOPTIM_CORE_ERROR_HPP
 #define KOPTIM_CORE_ERROR_HPP
 

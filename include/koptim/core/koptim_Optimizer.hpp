@@ -68,6 +68,10 @@ class Optimizer;
 namespace Impl {
 // Used by koptim::create() to record the list an optimizer was built from.
 void set_configuration(Optimizer& opt, std::string xml);
+// Interrupts opt (Optimizer::interrupted()): call threw error after it had begun to change the
+// state. For a caller that changes an optimizer's state from outside, as a checkpoint load does on
+// every rank when one rank's import failed.
+void interrupt(Optimizer& opt, const std::string& call, const std::string& error);
 }  // namespace Impl
 
 // What every optimizer is configured with, besides its own hyperparameters. lr and weight_decay
@@ -221,6 +225,7 @@ class Optimizer {
   std::shared_ptr<GradientTable> gradient_table_;
 
   friend void Impl::set_configuration(Optimizer& opt, std::string xml);
+  friend void Impl::interrupt(Optimizer& opt, const std::string& call, const std::string& error);
 
   std::string name_;
   ParameterSet params_;

@@ -104,10 +104,9 @@ struct CopyPiece {
 }  // namespace
 
 template <class T>
-void ParameterSharing<T>::share(const ExecutionSpace& exec, const ParameterSet& ps,
-                                const comm::Communicator* comm) const {
-  if (comm == nullptr) return;
-  if (!copies_) {
+void ParameterSharing<T>::prepare(const ParameterSet& ps) const {
+  if (copies_) return;
+  {
     std::vector<PieceArrays<T>> pack, unpack;
     for (std::size_t k = 0; k < parts_.size(); ++k) {
       const auto& p = parts_[k];
@@ -129,6 +128,13 @@ void ParameterSharing<T>::share(const ExecutionSpace& exec, const ParameterSet& 
     std::tie(c->unpack, c->unpack_chunks) = make_piece_table("koptim::ParameterSharing::unpack", std::move(unpack));
     copies_                               = c;
   }
+}
+
+template <class T>
+void ParameterSharing<T>::share(const ExecutionSpace& exec, const ParameterSet& ps,
+                                const comm::Communicator* comm) const {
+  if (comm == nullptr) return;
+  prepare(ps);
   for_each_piece_element(exec, "koptim::Distributor::pack", copies_->pack, copies_->pack_chunks, CopyPiece<T>{});
   plan_.exchange(exec, comm);
   for_each_piece_element(exec, "koptim::Distributor::unpack", copies_->unpack, copies_->unpack_chunks, CopyPiece<T>{});

@@ -130,9 +130,13 @@ class ParameterSharing {
   bool mine(std::size_t k) const { return plan_.mine(k); }
   std::size_t buffer_bytes() const { return plan_.buffer_bytes(); }
   // Collective over comm (null: nothing to share). The parts go into and come out of the
-  // gathered buffer in one kernel each (tables of their pointers, built at the first call: the
-  // parameters of a ParameterSet do not move), on exec.
+  // gathered buffer in one kernel each (tables of their pointers, built by prepare(), or at the
+  // first call: the parameters of a ParameterSet do not move), on exec.
   void share(const ExecutionSpace& exec, const ParameterSet& ps, const comm::Communicator* comm) const;
+  // Builds those tables now (their allocations), for an owner that agrees on its allocations
+  // across ranks in its constructor: a rank failing there fails every rank, where at the first
+  // share() it would have left the others in the all-gather.
+  void prepare(const ParameterSet& ps) const;
 
  private:
   std::vector<Part> parts_;

@@ -85,6 +85,8 @@ ElementwiseOptimizer::ElementwiseOptimizer(std::string name, ParameterSet params
       };
       mine(sharing_->f32);
       mine(sharing_->f64);
+      sharing_->f32.prepare(ps);
+      sharing_->f64.prepare(ps);
     }
     std::sort(pieces_.begin(), pieces_.end(), [](const Piece& a, const Piece& b) { return a.param < b.param; });
     runs_f32_ = make_runs<float>();

@@ -1033,6 +1033,8 @@ Gefen::Gefen(ParameterSet params, CommonOptions common, GefenOptions options, st
       sharing_      = std::make_unique<Sharing>();
       sharing_->f32 = whole_tensors<float>(ps, owner_, rank_, comm_->size());
       sharing_->f64 = whole_tensors<double>(ps, owner_, rank_, comm_->size());
+      sharing_->f32.prepare(ps);
+      sharing_->f64.prepare(ps);
     });
   }
   Impl::check_option_ranges(name(), options_);

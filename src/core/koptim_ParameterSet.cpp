@@ -1,4 +1,5 @@
 #include "koptim_Check.hpp"
+#include "../config/koptim_KeyRanges.hpp"
 #include <koptim/core/koptim_ParameterSet.hpp>
 #include <koptim/core/impl/koptim_Profiling.hpp>
 
@@ -25,16 +26,17 @@ int ParameterSet::add_group(const std::string& name, const GroupOptions& options
     throw ShapeError("koptim::ParameterSet::add_group: group name '" + name.substr(0, name.find('\0')) +
                      "\\0...' contains a NUL byte; names are text");
   if (find_group(name) >= 0) throw ShapeError("koptim::ParameterSet::add_group: group '" + name + "' already exists");
-  auto check = [&](const std::optional<double>& v, const char* key) {
-    if (v && !(*v >= 0.0 && *v < 1e300)) {
+  // The optimizers' own ranges of lr and weight_decay (koptim_KeyRanges.hpp).
+  auto check = [&](const std::optional<double>& v, const char* key, const Impl::Range& range) {
+    if (v && !range.contains(*v)) {
       std::ostringstream s;
       s << "koptim::ParameterSet::add_group: group '" << name << "': " << key << " = " << Impl::real_string(*v)
-        << " is not allowed; allowed: a real in [0, 1e+300)";
+        << " is not allowed; allowed: " << range.text(false);
       throw ConfigError(s.str());
     }
   };
-  check(options.lr, "lr");
-  check(options.weight_decay, "weight_decay");
+  check(options.lr, "lr", Impl::ranges::lr);
+  check(options.weight_decay, "weight_decay", Impl::ranges::weight_decay);
   groups_.push_back({name, options});
   return static_cast<int>(groups_.size()) - 1;
 }

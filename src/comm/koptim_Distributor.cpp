@@ -106,28 +106,26 @@ struct CopyPiece {
 template <class T>
 void ParameterSharing<T>::prepare(const ParameterSet& ps) const {
   if (copies_) return;
-  {
-    std::vector<PieceArrays<T>> pack, unpack;
-    for (std::size_t k = 0; k < parts_.size(); ++k) {
-      const auto& p = parts_[k];
-      if (p.size == 0) continue;
-      T* const part = static_cast<T*>(ps[p.param].param.data) + p.offset;
-      T* const slot = plan_.piece(k).data();
-      PieceArrays<T> e;
-      e.size = p.size;
-      if (plan_.mine(k)) {
-        e.w = slot, e.g = part;
-        pack.push_back(e);
-      } else {
-        e.w = part, e.g = slot;
-        unpack.push_back(e);
-      }
+  std::vector<PieceArrays<T>> pack, unpack;
+  for (std::size_t k = 0; k < parts_.size(); ++k) {
+    const auto& p = parts_[k];
+    if (p.size == 0) continue;
+    T* const part = static_cast<T*>(ps[p.param].param.data) + p.offset;
+    T* const slot = plan_.piece(k).data();
+    PieceArrays<T> e;
+    e.size = p.size;
+    if (plan_.mine(k)) {
+      e.w = slot, e.g = part;
+      pack.push_back(e);
+    } else {
+      e.w = part, e.g = slot;
+      unpack.push_back(e);
     }
-    auto c                                = std::make_shared<Copies>();
-    std::tie(c->pack, c->pack_chunks)     = make_piece_table("koptim::ParameterSharing::pack", std::move(pack));
-    std::tie(c->unpack, c->unpack_chunks) = make_piece_table("koptim::ParameterSharing::unpack", std::move(unpack));
-    copies_                               = c;
   }
+  auto c                                = std::make_shared<Copies>();
+  std::tie(c->pack, c->pack_chunks)     = make_piece_table("koptim::ParameterSharing::pack", std::move(pack));
+  std::tie(c->unpack, c->unpack_chunks) = make_piece_table("koptim::ParameterSharing::unpack", std::move(unpack));
+  copies_                               = c;
 }
 
 template <class T>

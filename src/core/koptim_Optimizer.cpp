@@ -321,6 +321,19 @@ bool Optimizer::checked_on_every_rank(const ExecutionSpace& exec) {
   return false;
 }
 
+template <class F, class Call>
+void Optimizer::interrupting_on_throw(F&& f, Call&& call, const bool& armed) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    if (armed) interrupt(call(), e.what());
+    throw;
+  } catch (...) {
+    if (armed) interrupt(call(), "");
+    throw;
+  }
+}
+
 void Optimizer::step(const ExecutionSpace& exec) {
   Impl::ScopedRegion region("koptim::" + name_ + "::step");
   // Refused at once where no rank waits for this one; else in the gradient check's agreement.
@@ -344,15 +357,7 @@ void Optimizer::step(const ExecutionSpace& exec) {
   std::vector<double> lrs(params_.groups().size());
   for (std::size_t g = 0; g < lrs.size(); ++g) lrs[g] = base_lr(static_cast<int>(g)) * common_.lr_schedule.factor(t);
   changing_ = false;
-  try {
-    update(exec, t, lrs);
-  } catch (const std::exception& e) {
-    if (changing_) interrupt("step " + std::to_string(t), e.what());
-    throw;
-  } catch (...) {
-    if (changing_) interrupt("step " + std::to_string(t), "");
-    throw;
-  }
+  interrupting_on_throw([&] { update(exec, t, lrs); }, [&] { return "step " + std::to_string(t); }, changing_);
   if (status_.skipped) {
     ++skipped_;
     return;
@@ -388,15 +393,7 @@ void Optimizer::import_state(const OptimizerState& s) {
   check_state(s);
   // The checks passed: the tensors are written in place, one after the other, so a failure from
   // here on (memory, a device copy) leaves some of them new.
-  try {
-    import_tensors(s);
-  } catch (const std::exception& e) {
-    interrupt("import_state", e.what());
-    throw;
-  } catch (...) {
-    interrupt("import_state", "");
-    throw;
-  }
+  interrupting_on_throw([&] { import_tensors(s); }, [] { return std::string("import_state"); }, true);
   step_    = s.integers.at("step");
   skipped_ = s.integers.at("skipped_steps");
   interrupted_.clear();

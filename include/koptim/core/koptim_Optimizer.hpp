@@ -219,6 +219,11 @@ class Optimizer {
   // Marks the optimizer interrupted: call ("step 3", "import_state") threw error after it had
   // begun to change the state.
   void interrupt(const std::string& call, const std::string& error);
+  // Runs f; an exception from it (rethrown) interrupts the optimizer, naming call() ("step 3"),
+  // if armed is true when it is thrown (read then: an update arms it as it begins to change the
+  // state).
+  template <class F, class Call>
+  void interrupting_on_throw(F&& f, Call&& call, const bool& armed);
   // Every gradient's place, for the check that reads them all in one kernel (built at the first
   // checked step).
   struct GradientTable;

@@ -89,6 +89,26 @@ template float largest_squarable<float>();
 template double largest_squarable<double>();
 
 namespace {
+// Elements per chunk: a CPU thread's vectorized pass, a GPU team's range.
+constexpr std::int64_t gradient_chunk = 2048;
+
+// The entries of x[lo, hi) whose magnitude bits exceed `limit`. On CPUs, first the chunk's
+// largest magnitude bits (an unsigned maximum: one vector instruction per register of elements),
+// compared with the limit once; only a chunk over it is counted element by element. Vectorizes
+// fully; a count per element did not.
+template <class T, class Bits>
+KOKKOS_INLINE_FUNCTION std::int64_t count_over(const T* x, std::int64_t lo, std::int64_t hi, Bits limit) {
+  Bits m = 0;
+  for (std::int64_t i = lo; i < hi; ++i) {
+    const Bits b = magnitude_bits(x[i]);
+    m            = b > m ? b : m;
+  }
+  std::int64_t n = 0;
+  if (m > limit)
+    for (std::int64_t i = lo; i < hi; ++i) n += magnitude_bits(x[i]) > limit ? 1 : 0;
+  return n;
+}
+
 // A named template, not a generic lambda: CUDA does not allow device lambdas inside generic
 // lambdas or functions with deduced return types. Counts the entries whose magnitude bits exceed
 // `limit`: NaN and Inf always, and finite values above the limit's value.
@@ -100,23 +120,14 @@ GradientCheck check_gradient_of(const ExecutionSpace& exec, const TensorRef& t, 
   GradientCheck r;
   std::int64_t bad = 0;
   if (std::is_same<ExecutionSpace::memory_space, Kokkos::HostSpace>::value) {
-    // On CPUs, per chunk the largest magnitude bits (an unsigned max: one vector instruction per
-    // register of elements), compared with the limit once; the chunks over it are counted
-    // element by element below. Vectorizes fully; a count per element did not.
-    constexpr std::int64_t chunk = 2048;
-    const std::int64_t n = t.size, chunks = (n + chunk - 1) / chunk;
+    // On CPUs, a chunk per iteration, one vectorized pass.
+    const std::int64_t n = t.size, chunks = (n + gradient_chunk - 1) / gradient_chunk;
     const T* data = x.data();
     Kokkos::parallel_reduce(
         "koptim::check_gradient", Kokkos::RangePolicy<ExecutionSpace>(exec, 0, chunks),
         KOKKOS_LAMBDA(const std::int64_t c, std::int64_t& acc) {
-          const std::int64_t lo = c * chunk, hi = lo + chunk < n ? lo + chunk : n;
-          Bits m = 0;
-          for (std::int64_t i = lo; i < hi; ++i) {
-            const Bits b = magnitude_bits(data[i]);
-            m            = b > m ? b : m;
-          }
-          if (m > limit)
-            for (std::int64_t i = lo; i < hi; ++i) acc += magnitude_bits(data[i]) > limit ? 1 : 0;
+          const std::int64_t lo = c * gradient_chunk, hi = lo + gradient_chunk < n ? lo + gradient_chunk : n;
+          acc += count_over(data, lo, hi, limit);
         },
         bad);
   } else {
@@ -171,24 +182,6 @@ struct GradientEntry {
   std::int64_t first_chunk;  // chunks of gradient_chunk elements before this gradient's
   int is_double;
 };
-// Elements per chunk: a CPU thread's vectorized pass, a GPU team's range.
-constexpr std::int64_t gradient_chunk = 2048;
-
-template <class T, class Bits>
-KOKKOS_INLINE_FUNCTION std::int64_t count_over(const T* x, std::int64_t lo, std::int64_t hi, Bits limit) {
-  // The largest magnitude bits (an unsigned maximum: vectorizes), compared with the limit once;
-  // a chunk over it is counted element by element.
-  Bits m = 0;
-  for (std::int64_t i = lo; i < hi; ++i) {
-    const Bits b = magnitude_bits(x[i]);
-    m            = b > m ? b : m;
-  }
-  std::int64_t n = 0;
-  if (m > limit)
-    for (std::int64_t i = lo; i < hi; ++i) n += magnitude_bits(x[i]) > limit ? 1 : 0;
-  return n;
-}
-
 // The number of refused values over every gradient of the table: one kernel, one value back to
 // the host. (A free function: CUDA allows no device lambda in a member of a private class.)
 std::int64_t count_refused(const ExecutionSpace& exec, const Kokkos::View<GradientEntry*, MemorySpace>& e,

@@ -19,18 +19,18 @@ std::vector<std::string> adam_slots(const AdamOptions& o) {
 }
 
 template <bool Shrink, bool L2, bool AmsGrad, class T>
-void adam_kernel(const ExecutionSpace& exec, const Impl::PieceTable<T>& table, std::int64_t chunks, T neg_step_size,
-                 T bc2_sqrt, T decay_factor, T wd_, T one_minus_b1, T b2, T one_minus_b2, T eps) {
+void adam_kernel(const ExecutionSpace& exec, const Impl::PieceTable<T>& table, std::int64_t chunks,
+                 const Impl::AdamScalars<T>& s) {
   Impl::for_each_piece_element(
       exec, "koptim::Adam::update", table, chunks, KOKKOS_LAMBDA(const Impl::PieceArrays<T>& p, const std::int64_t i) {
         T* const m = p.s[0];
         T* const v = p.s[1];
         T wi       = p.w[i];
-        if (Shrink) wi = wi * decay_factor;
+        if (Shrink) wi = wi * s.decay;
         T d = p.g[i];
-        if (L2) d = Impl::add_scaled(d, wd_, wi);
-        const T mi = Impl::lerp(m[i], d, one_minus_b1);
-        const T vi = Impl::ema_square(v[i], d, b2, one_minus_b2);
+        if (L2) d = Impl::add_scaled(d, s.wd, wi);
+        const T mi = Impl::lerp(m[i], d, s.one_minus_b1);
+        const T vi = Impl::ema_square(v[i], d, s.b2, s.one_minus_b2);
         m[i]       = mi;
         v[i]       = vi;
         T vd       = vi;
@@ -38,7 +38,7 @@ void adam_kernel(const ExecutionSpace& exec, const Impl::PieceTable<T>& table, s
           vd        = Impl::max(p.s[2][i], vi);
           p.s[2][i] = vd;
         }
-        p.w[i] = wi + Impl::divide_unless_zero(neg_step_size * mi, Impl::rms_denominator(vd, bc2_sqrt, eps));
+        p.w[i] = wi + Impl::divide_unless_zero(s.neg_step_size * mi, Impl::rms_denominator(vd, s.bc2_sqrt, s.eps));
       });
 }
 
@@ -46,17 +46,10 @@ void adam_kernel(const ExecutionSpace& exec, const Impl::PieceTable<T>& table, s
 template <class T>
 void adam_update(const ExecutionSpace& exec, const Impl::PieceTable<T>& table, std::int64_t chunks, std::int64_t t,
                  double lr, double wd, bool decoupled, const AdamOptions& o) {
-  // Scalars in double, then rounded once to T, as torch computes them in Python.
-  const double bc1      = 1.0 - std::pow(o.betas[0], static_cast<double>(t));
-  const double bc2      = 1.0 - std::pow(o.betas[1], static_cast<double>(t));
-  const T neg_step_size = static_cast<T>(-(lr / bc1)), bc2_sqrt = static_cast<T>(std::sqrt(bc2)),
-          decay_factor = static_cast<T>(1.0 - lr * wd), wd_ = static_cast<T>(wd),
-          one_minus_b1 = static_cast<T>(1.0 - o.betas[0]), b2 = static_cast<T>(o.betas[1]),
-          one_minus_b2 = static_cast<T>(1.0 - o.betas[1]), eps = static_cast<T>(o.eps);
+  const auto s = Impl::adam_scalars<T>(o.betas, o.eps, t, lr, wd);
   Impl::with_flags(
       [&](auto shrink, auto l2, auto amsgrad) {
-        adam_kernel<decltype(shrink)::value, decltype(l2)::value, decltype(amsgrad)::value>(
-            exec, table, chunks, neg_step_size, bc2_sqrt, decay_factor, wd_, one_minus_b1, b2, one_minus_b2, eps);
+        adam_kernel<decltype(shrink)::value, decltype(l2)::value, decltype(amsgrad)::value>(exec, table, chunks, s);
       },
       decoupled && wd != 0.0, !decoupled && wd != 0.0, o.amsgrad);
 }

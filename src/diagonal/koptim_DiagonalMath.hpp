@@ -7,6 +7,8 @@
 
 #include <koptim/core/impl/koptim_Math.hpp>
 
+#include <array>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -100,6 +102,34 @@ KOKKOS_INLINE_FUNCTION T divide_unless_zero(T x, T den) {
 template <class T>
 KOKKOS_INLINE_FUNCTION T diagonal_precondition(T x, T a, T eps) {
   return divide_unless_zero(x, sqrt(a) + eps);
+}
+
+// The scalars of an Adam-type step t (Adam, AdamW, Gefen): computed in double, as torch computes
+// them in Python, then rounded once to T.
+template <class T>
+struct AdamScalars {
+  T b1, one_minus_b1, b2, one_minus_b2;
+  T neg_step_size;  // -lr / (1 - b1^t)
+  T bc2_sqrt;       // sqrt(1 - b2^t)
+  T eps;
+  T decay;  // 1 - lr wd: decoupled weight decay's factor (exactly 1 without decay: W * 1 = W)
+  T wd;     // L2 weight decay's coefficient
+};
+template <class T>
+AdamScalars<T> adam_scalars(const std::array<double, 2>& betas, double eps, std::int64_t t, double lr, double wd) {
+  const double bc1 = 1.0 - std::pow(betas[0], static_cast<double>(t));
+  const double bc2 = 1.0 - std::pow(betas[1], static_cast<double>(t));
+  AdamScalars<T> s;
+  s.b1            = static_cast<T>(betas[0]);
+  s.one_minus_b1  = static_cast<T>(1.0 - betas[0]);
+  s.b2            = static_cast<T>(betas[1]);
+  s.one_minus_b2  = static_cast<T>(1.0 - betas[1]);
+  s.neg_step_size = static_cast<T>(-(lr / bc1));
+  s.bc2_sqrt      = static_cast<T>(std::sqrt(bc2));
+  s.eps           = static_cast<T>(eps);
+  s.decay         = static_cast<T>(1.0 - lr * wd);
+  s.wd            = static_cast<T>(wd);
+  return s;
 }
 
 }  // namespace Impl

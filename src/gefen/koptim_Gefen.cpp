@@ -460,28 +460,6 @@ struct Gefen::State {
 
 namespace {
 
-template <class T>
-struct Scalars {
-  T b1, one_minus_b1, b2, one_minus_b2, neg_step_size, bc2_sqrt, eps, decay;
-};
-
-template <class T>
-Scalars<T> make_scalars(const GefenOptions& o, std::int64_t t, double lr, double wd) {
-  // In double, then rounded once to T, as the Adam kernels do.
-  const double bc1 = 1.0 - std::pow(o.betas[0], static_cast<double>(t));
-  const double bc2 = 1.0 - std::pow(o.betas[1], static_cast<double>(t));
-  Scalars<T> s;
-  s.b1            = static_cast<T>(o.betas[0]);
-  s.one_minus_b1  = static_cast<T>(1.0 - o.betas[0]);
-  s.b2            = static_cast<T>(o.betas[1]);
-  s.one_minus_b2  = static_cast<T>(1.0 - o.betas[1]);
-  s.neg_step_size = static_cast<T>(-(lr / bc1));
-  s.bc2_sqrt      = static_cast<T>(std::sqrt(bc2));
-  s.eps           = static_cast<T>(o.eps);
-  s.decay         = static_cast<T>(1.0 - lr * wd);  // exactly 1 without decay: W * 1 = W
-  return s;
-}
-
 // The new first moment from the stored (dequantized) one.
 template <class T>
 KOKKOS_INLINE_FUNCTION T momentum(T entry, T absmax_old, T g, T b1, T one_minus_b1) {
@@ -610,7 +588,7 @@ KOKKOS_INLINE_FUNCTION double host_sum_of_squares(std::int64_t n, const T* KOKKO
 template <bool WithSum, class T>
 KOKKOS_INLINE_FUNCTION void host_scan(std::int64_t n, const T* KOKKOS_RESTRICT g,
                                       const std::uint8_t* KOKKOS_RESTRICT idx, const float* KOKKOS_RESTRICT cb,
-                                      T absmax_old, const Scalars<T>& s, T* KOKKOS_RESTRICT m, double& sum_sq,
+                                      T absmax_old, const Impl::AdamScalars<T>& s, T* KOKKOS_RESTRICT m, double& sum_sq,
                                       T& amax) {
   if (WithSum) sum_sq = host_sum_of_squares(n, g);
   const std::int64_t kept = n < host_kept ? n : host_kept;
@@ -623,7 +601,7 @@ KOKKOS_INLINE_FUNCTION void host_scan(std::int64_t n, const T* KOKKOS_RESTRICT g
 template <bool Kept, class T>
 KOKKOS_INLINE_FUNCTION T new_momentum(std::int64_t k, const T* KOKKOS_RESTRICT m, const T* KOKKOS_RESTRICT g,
                                       const std::uint8_t* KOKKOS_RESTRICT idx, const float* KOKKOS_RESTRICT cb,
-                                      T absmax_old, const Scalars<T>& s) {
+                                      T absmax_old, const Impl::AdamScalars<T>& s) {
   return Kept ? m[k] : momentum(static_cast<T>(cb[idx[k]]), absmax_old, g[k], s.b1, s.one_minus_b1);
 }
 
@@ -633,7 +611,7 @@ template <bool Kept, bool Divide, class T>
 KOKKOS_INLINE_FUNCTION void host_update_shared(std::int64_t from, std::int64_t to, const T* KOKKOS_RESTRICT g,
                                                std::uint8_t* KOKKOS_RESTRICT idx, T* KOKKOS_RESTRICT w,
                                                const T* KOKKOS_RESTRICT m, const Tables<T>& tb, T absmax_old,
-                                               const Normaliser<T>& normal, T scale, const Scalars<T>& s) {
+                                               const Normaliser<T>& normal, T scale, const Impl::AdamScalars<T>& s) {
   const float* KOKKOS_RESTRICT cb            = tb.codebook;
   const std::uint32_t* KOKKOS_RESTRICT words = tb.words;
   const T* KOKKOS_RESTRICT thresholds        = tb.thresholds;
@@ -651,7 +629,7 @@ KOKKOS_INLINE_FUNCTION void host_update_shared(std::int64_t from, std::int64_t t
 template <bool WithSum, class T>
 KOKKOS_INLINE_FUNCTION BlockScan<T> scan_block(const Member& team, std::int64_t begin, std::int64_t n, const T* g,
                                                const std::uint8_t* idx, const float* cb, T absmax_old,
-                                               const Scalars<T>& s) {
+                                               const Impl::AdamScalars<T>& s) {
   BlockScan<T> scan;
   Impl::team_lane_reduce(team, n, scan, [&](BlockScan<T>& acc, int l, std::int64_t k) {
     const T gi = g[begin + k];
@@ -676,7 +654,7 @@ KOKKOS_INLINE_FUNCTION void with_divide(const Normaliser<T>& normal, const F& f)
 // thread (two passes over raw pointers, vectorized) or by a team.
 template <class T>
 KOKKOS_INLINE_FUNCTION void host_shared_block(const StepEntry<T>& e, std::int64_t b, const Tables<T>& tb,
-                                              const Scalars<T>& s) {
+                                              const Impl::AdamScalars<T>& s) {
   const std::int64_t P     = e.S;
   const std::int64_t begin = b * P;
   const T* gb              = e.g + begin;
@@ -703,7 +681,7 @@ KOKKOS_INLINE_FUNCTION void host_shared_block(const StepEntry<T>& e, std::int64_
 
 template <class T>
 KOKKOS_INLINE_FUNCTION void team_shared_block(const Member& team, const StepEntry<T>& e, std::int64_t b,
-                                              const Tables<T>& tb, const Scalars<T>& s) {
+                                              const Tables<T>& tb, const Impl::AdamScalars<T>& s) {
   const std::int64_t P     = e.S;
   const std::int64_t begin = b * P;
   // Read before the reduction, which every thread of the team must reach before the single
@@ -820,7 +798,7 @@ KOKKOS_INLINE_FUNCTION void host_update_unshared(std::int64_t begin, std::int64_
                                                  T* KOKKOS_RESTRICT v, const T* KOKKOS_RESTRICT R,
                                                  const T* KOKKOS_RESTRICT C, std::int64_t cols, double inv_mean,
                                                  const T* KOKKOS_RESTRICT m, const Tables<T>& tb,
-                                                 const Normaliser<T>& normal, const Scalars<T>& s) {
+                                                 const Normaliser<T>& normal, const Impl::AdamScalars<T>& s) {
   const float* KOKKOS_RESTRICT cb            = tb.codebook;
   const std::uint32_t* KOKKOS_RESTRICT words = tb.words;
   const T* KOKKOS_RESTRICT thresholds        = tb.thresholds;
@@ -856,7 +834,7 @@ KOKKOS_INLINE_FUNCTION double inverse_mean_row(const StepEntry<T>& e) {
 // factors (R_r C_j / mean(R), in double). On a host thread or by a team.
 template <class T>
 KOKKOS_INLINE_FUNCTION void host_unshared_block(const StepEntry<T>& e, std::int64_t a, const Tables<T>& tb,
-                                                const Scalars<T>& s) {
+                                                const Impl::AdamScalars<T>& s) {
   const std::int64_t S     = e.S;
   const std::int64_t begin = a * S;
   const T old              = e.absmax[a];
@@ -887,7 +865,7 @@ KOKKOS_INLINE_FUNCTION void host_unshared_block(const StepEntry<T>& e, std::int6
 
 template <class T>
 KOKKOS_INLINE_FUNCTION void team_unshared_block(const Member& team, const StepEntry<T>& e, std::int64_t a,
-                                                const Tables<T>& tb, const Scalars<T>& s) {
+                                                const Tables<T>& tb, const Impl::AdamScalars<T>& s) {
   const std::int64_t S     = e.S;
   const std::int64_t begin = a * S;
   const T old              = e.absmax[a];
@@ -927,7 +905,7 @@ struct HostBlocks {
   Kokkos::View<StepEntry<T>*, MemorySpace> table;
   std::int64_t first, last;
   Tables<T> tb;
-  Scalars<T> s;
+  Impl::AdamScalars<T> s;
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t c) const {
     const StepEntry<T> e = Impl::chunk_entry(table, first, last, c);
     if (e.kind == GefenSecondMoment::shared)
@@ -942,7 +920,7 @@ struct TeamBlocks {
   Kokkos::View<StepEntry<T>*, MemorySpace> table;
   std::int64_t first, last, block_begin;
   Tables<T> tb;
-  Scalars<T> s;
+  Impl::AdamScalars<T> s;
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
     const std::int64_t c  = block_begin + team.league_rank();
     const StepEntry<T>& e = Impl::chunk_entry(table, first, last, c);
@@ -955,7 +933,7 @@ struct TeamBlocks {
 
 template <class T>
 void step_wave(const ExecutionSpace& exec, const StepTable<T>& t, const typename StepTable<T>::Wave& r,
-               const Tables<T>& tb, const Scalars<T>& s) {
+               const Tables<T>& tb, const Impl::AdamScalars<T>& s) {
   if (r.block_end <= r.block_begin) return;
   if constexpr (host_kernels)
     Kokkos::parallel_for("koptim::Gefen::step", Kokkos::RangePolicy<ExecutionSpace>(exec, r.block_begin, r.block_end),
@@ -1230,7 +1208,7 @@ void Gefen::update(const ExecutionSpace& exec, std::int64_t t, const std::vector
       for (const auto& wave : table.waves) {
         update_factors(exec, table, wave, b2, static_cast<T>(1.0 - options_.betas[1]));
         step_wave(exec, table, wave, st.tables<T>(),
-                  make_scalars<T>(options_, t, lrs[wave.group], weight_decay(wave.group)));
+                  Impl::adam_scalars<T>(options_.betas, options_.eps, t, lrs[wave.group], weight_decay(wave.group)));
       }
     };
     step_all(0.0f);

@@ -518,12 +518,12 @@ std::array<std::uint8_t, 32> sha256(const std::string& bytes) {
 }
 
 void check_same_on_all_ranks(const comm::Communicator& comm, const std::string& optimizer,
-                             const std::string& descriptor) {
+                             const std::string& descriptor, const std::string& shown) {
   if (!comm.same_on_all_ranks(descriptor)) {
     throw ConfigError("koptim::" + optimizer +
                       ": the ranks of the communicator disagree on the parameters (names, shapes, scalar types, "
                       "layouts, groups) or on the configuration; every rank must build the same optimizer. Rank " +
-                      std::to_string(comm.rank()) + " has: " + descriptor);
+                      std::to_string(comm.rank()) + " has: " + (shown.empty() ? descriptor : shown));
   }
 }
 

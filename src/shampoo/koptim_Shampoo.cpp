@@ -1571,14 +1571,8 @@ Shampoo::Shampoo(ParameterSet params, CommonOptions common, ShampooOptions optio
     for (const auto& kv : o.inverse_exponent_override) d << "override order_" << kv.first << ' ' << kv.second << "; ";
     for (const auto& kv : o.inverse_exponent_override_dim)
       d << "override order_" << kv.first.first << "_dim_" << kv.first.second << ' ' << kv.second << "; ";
-    if (!comm_->same_on_all_ranks(d.str())) {
-      throw ConfigError(
-          "koptim::Shampoo: the ranks of the communicator disagree on the parameters (names, shapes, "
-          "scalar types, layouts, groups) or on the configuration; every rank must build the same "
-          "optimizer. This rank (" +
-          std::to_string(comm_->rank()) + ") has " + std::to_string(parameters().size()) +
-          " parameters: " + describe_blocks());
-    }
+    Impl::check_same_on_all_ranks(*comm_, name(), d.str(),
+                                  std::to_string(parameters().size()) + " parameters: " + describe_blocks());
     const int g = o.num_trainers_per_group.value_or(comm_->size());
     group_comm_ = comm_->split_groups(g).first;
   } else if (o.num_trainers_per_group && *o.num_trainers_per_group != 1) {

@@ -211,8 +211,9 @@ std::pair<int, std::string> first_difference_from_rank0(
 
 // Throws ConfigError on every rank when the ranks of comm do not describe the same optimizer
 // (parameters and configuration, as summarised by descriptor): never a hang or a silent mismatch.
+// The message shows this rank's `shown` (its descriptor when empty).
 void check_same_on_all_ranks(const comm::Communicator& comm, const std::string& optimizer,
-                             const std::string& descriptor);
+                             const std::string& descriptor, const std::string& shown = std::string());
 
 }  // namespace Impl
 }  // namespace koptim

@@ -356,7 +356,7 @@ void reject_ignored_schedule_keys(const ParameterList& s, const ParameterList& d
 void require_schedule_length(const ParameterList& list, const ParameterList& s, const ParameterList& defaults,
                              const std::string& optimizer) {
   const auto type       = s.get<std::string>("type");
-  const std::string key = type == "cosine" || type == "linear" ? "total_steps" : type == "step" ? "step_size" : "";
+  const std::string key = Impl::schedule_length_key(type);
   if (key.empty() || s.get<int>(key) != Impl::unset_in_lists) return;
   const bool written = list.isSublist("lr_schedule") && list.sublist("lr_schedule").isParameter(key);
   throw ConfigError("koptim: key 'lr_schedule/" + key + "' is required with lr_schedule type '" + type +

@@ -25,6 +25,14 @@ inline bool schedule_reads(const std::string& type, const std::string& key) {
   return readers.empty() || std::find(readers.begin(), readers.end(), type) != readers.end();
 }
 
+// The key that gives the length of schedule type `type` (total_steps for cosine and linear,
+// step_size for step); it has no default that could be right. Empty for the types without one.
+inline std::string schedule_length_key(const std::string& type) {
+  for (const char* key : {"total_steps", "step_size"})
+    if (!schedule_key_readers(key).empty() && schedule_reads(type, key)) return key;
+  return {};
+}
+
 }  // namespace Impl
 }  // namespace koptim
 

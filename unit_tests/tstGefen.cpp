@@ -20,6 +20,8 @@
 #include <map>
 #include <random>
 #include <set>
+#include <sstream>
+#include <string>
 #include <type_traits>
 
 namespace {
@@ -225,7 +227,8 @@ struct ReferenceTensor {
         const std::int64_t i = a * S + k;
         idx[i]               = nearest(c, normalise(m[k], amax));
         const T mq           = static_cast<T>(c[idx[i]]) * amax;
-        w[i]                 = w[i] + (neg_step_size * mq) / (std::sqrt(vi[i]) / bc2_sqrt + eps);
+        // No step where the second moment is 0 (every gradient of the element so far 0).
+        if (vi[i] != T(0)) w[i] = w[i] + (neg_step_size * mq) / (std::sqrt(vi[i]) / bc2_sqrt + eps);
       }
     }
   }
@@ -1013,6 +1016,66 @@ TEST(Gefen, ZeroGradientsAreHarmless) {
   const auto cb = gefen(opt).codebook();
   EXPECT_EQ(cb.front(), -1.0f);
   EXPECT_EQ(cb.back(), 1.0f);
+}
+
+// Elements whose gradient is always 0 beside elements with gradients (a dead unit) stay where
+// they are under every kind of second moment, as under AdamW: with p = 1 the quantized momentum
+// of such an element is the codebook entry nearest 0 times its scale group's absmax, which
+// divided by eps alone moved it by thousands within a hundred steps. Also with an eps that
+// rounds to 0 in float (no 0/0: the test main traps invalid operations).
+TEST(Gefen, ElementsWithoutGradientsStayPut) {
+  for (const auto& config : std::vector<std::map<std::string, std::string>>{
+           {}, {{"force_p1", "true"}}, {{"force_p1", "true"}, {"p1_second_moment", "full"}}}) {
+    for (const double eps : {1e-8, 1e-50}) {
+      Model m;
+      Teuchos::ParameterList l;
+      l.set("optimizer", std::string("Gefen"));
+      l.set("lr", 1e-3);
+      l.set("weight_decay", 0.0);
+      l.set("eps", eps);
+      for (const auto& kv : config)
+        if (kv.first == "force_p1")
+          l.set(kv.first, true);
+        else
+          l.set(kv.first, kv.second);
+      auto opt     = koptim::create(m.params, l);
+      const auto w = m.weights();
+      // Row 1 (in memory order) of every tensor: element 1 of b1, a row of the factored ones.
+      auto dead = [](const std::vector<std::int64_t>& shape, std::int64_t i) { return i / Model::row_len(shape) == 1; };
+      for (int step = 0; step < 30; ++step) {
+        m.gradients(step);
+        for (auto* t : {&m.w1, &m.b1, &m.w2, &m.w3}) {
+          const auto g = t->get(true);
+          t->set(true, [&](std::int64_t i) { return dead(t->shape, i) ? 0.0 : g[i]; });
+        }
+        const auto gd = m.d.get(true);
+        m.d.set(true, [&](std::int64_t i) { return dead(m.d.shape, i) ? 0.0 : gd[i]; });
+        opt->step();
+      }
+      const auto after = m.weights();
+      const auto infos = gefen(opt).tensor_info();
+      const std::vector<std::vector<std::int64_t>> shapes{m.w1.shape, m.b1.shape, m.w2.shape, m.w3.shape, m.d.shape};
+      for (std::size_t t = 0; t < after.size(); ++t) {
+        std::ostringstream where;
+        where << infos[t].name << " (eps " << eps << ", p " << infos[t].partition << ", kind "
+              << static_cast<int>(infos[t].second_moment) << ")";
+        bool moved = false;
+        for (std::size_t i = 0; i < after[t].size(); ++i) {
+          ASSERT_TRUE(std::isfinite(after[t][i])) << where.str() << " element " << i;
+          if (dead(shapes[t], static_cast<std::int64_t>(i))) {
+            // A shared block mixing dead and live elements steps them all (its one second moment
+            // is not 0): only blocks within the dead row are checked.
+            if (infos[t].second_moment != GefenSecondMoment::shared ||
+                Model::row_len(shapes[t]) % infos[t].partition == 0)
+              EXPECT_EQ(after[t][i], w[t][i]) << where.str() << " element " << i;
+          } else {
+            moved = moved || after[t][i] != w[t][i];
+          }
+        }
+        EXPECT_TRUE(moved) << where.str();
+      }
+    }
+  }
 }
 
 }  // namespace

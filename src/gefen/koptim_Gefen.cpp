@@ -460,6 +460,20 @@ struct Gefen::State {
 
 namespace {
 
+// The step of a momentum with second moment v: -lr m / (1 - b1^t) / (sqrt(v / (1 - b2^t)) + eps)
+// from neg_m = -lr m / (1 - b1^t), and none where v is 0. A zero second moment means that every
+// gradient of the element (or of its row, or block) so far was 0; its exact momentum is then 0
+// too, but the quantized one of a p = 1 scale group is the codebook entry nearest 0 (never 0)
+// times the group's absmax, which divided by eps alone would move the element by about
+// 2.4e-4 absmax lr / eps every step (a dead unit's bias walking off by thousands). Also no 0/0
+// when eps rounds to 0 in float.
+template <class T>
+KOKKOS_INLINE_FUNCTION T moment_step(T neg_m, T v, const Impl::AdamScalars<T>& s) {
+  const bool zero = v == T(0);
+  const T q       = neg_m / Impl::rms_denominator(zero ? T(1) : v, s.bc2_sqrt, s.eps);
+  return zero ? T(0) : q;
+}
+
 // The new first moment from the stored (dequantized) one.
 template <class T>
 KOKKOS_INLINE_FUNCTION T momentum(T entry, T absmax_old, T g, T b1, T one_minus_b1) {
@@ -666,7 +680,7 @@ KOKKOS_INLINE_FUNCTION void host_shared_block(const StepEntry<T>& e, std::int64_
   T amax        = T(0);
   host_scan<true>(P, gb, ib, tb.codebook, old, s, m, sum_sq, amax);
   const T vb    = e.v[b] * s.b2 + s.one_minus_b2 * static_cast<T>(mean_of_terms<T>(sum_sq, P));
-  const T scale = (s.neg_step_size * amax) / Impl::rms_denominator(vb, s.bc2_sqrt, s.eps);
+  const T scale = moment_step(s.neg_step_size * amax, vb, s);
   e.v[b]        = vb;
   const Normaliser<T> normal(amax);
   const std::int64_t kept = P < host_kept ? P : host_kept;
@@ -691,7 +705,7 @@ KOKKOS_INLINE_FUNCTION void team_shared_block(const Member& team, const StepEntr
   const BlockScan<T> scan = scan_block<true>(team, begin, P, e.g, e.idx, tb.codebook, old, s);
   const T amax            = scan.amax.result();
   const T vb              = vb0 * s.b2 + s.one_minus_b2 * static_cast<T>(mean_of_terms<T>(scan.sum_sq.result(), P));
-  const T scale           = (s.neg_step_size * amax) / Impl::rms_denominator(vb, s.bc2_sqrt, s.eps);
+  const T scale           = moment_step(s.neg_step_size * amax, vb, s);
   const Normaliser<T> normal(amax);
   Kokkos::parallel_for(Kokkos::TeamThreadRange(team, P), [&](const std::int64_t k) {
     const std::int64_t i = begin + k;
@@ -817,8 +831,7 @@ KOKKOS_INLINE_FUNCTION void host_update_unshared(std::int64_t begin, std::int64_
       const std::int64_t r = K == Moment::factored_one_row ? row0 : i / cols;
       vi                   = factored_moment(R[r], C[i - r * cols], inv_mean);
     }
-    w[i] = w[i] * s.decay +
-           (s.neg_step_size * (static_cast<T>(cb[q]) * absmax)) / Impl::rms_denominator(vi, s.bc2_sqrt, s.eps);
+    w[i] = w[i] * s.decay + moment_step(s.neg_step_size * (static_cast<T>(cb[q]) * absmax), vi, s);
   }
 }
 
@@ -891,8 +904,7 @@ KOKKOS_INLINE_FUNCTION void team_unshared_block(const Member& team, const StepEn
       const std::int64_t r = one_row ? row0 : i / e.cols;
       vi                   = factored_moment(e.R[r], e.C[i - r * e.cols], inv_mean);
     }
-    e.w[i] = e.w[i] * s.decay +
-             (s.neg_step_size * (static_cast<T>(tb.codebook[q]) * amax)) / Impl::rms_denominator(vi, s.bc2_sqrt, s.eps);
+    e.w[i] = e.w[i] * s.decay + moment_step(s.neg_step_size * (static_cast<T>(tb.codebook[q]) * amax), vi, s);
   });
   Kokkos::single(Kokkos::PerTeam(team), [&]() { e.absmax[a] = amax; });
 }

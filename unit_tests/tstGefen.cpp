@@ -104,10 +104,18 @@ std::unique_ptr<koptim::Optimizer> make(const koptim::ParameterSet& p, const std
   l.set("weight_decay", wd);
   for (const auto& kv : s) {
     if (kv.first == "groups") continue;  // the model's, not a key
-    if (kv.first == "force_p1")
+    if (kv.first == "force_p1") {
       l.set(kv.first, kv.second == "true");
-    else
+    } else if (kv.first == "eps") {
+      l.set(kv.first, std::stod(kv.second));
+    } else if (kv.first == "betas") {  // "b1,b2"
+      Teuchos::Array<double> betas(2);
+      betas[0] = std::stod(kv.second);
+      betas[1] = std::stod(kv.second.substr(kv.second.find(',') + 1));
+      l.set(kv.first, betas);
+    } else {
       l.set(kv.first, kv.second);
+    }
   }
   return koptim::create(p, l);
 }
@@ -348,13 +356,17 @@ TEST_P(GefenReference, StepsMatchPlainImplementation) {
   std::vector<ReferenceTensor<float>> rf;
   for (int t = 0; t < 4; ++t) rf.emplace_back(infos[t], w0[t]);
   ReferenceTensor<double> rd(infos[4], w0[4]);
-  auto ref_step = [&](const std::vector<std::vector<double>>& g, std::int64_t t) {
+  const auto& keys = GetParam().keys;
+  const double b1  = keys.count("betas") ? std::stod(keys.at("betas")) : 0.9;
+  const double b2  = keys.count("betas") ? std::stod(keys.at("betas").substr(keys.at("betas").find(',') + 1)) : 0.999;
+  const double eps = keys.count("eps") ? std::stod(keys.at("eps")) : 1e-8;
+  auto ref_step    = [&](const std::vector<std::vector<double>>& g, std::int64_t t) {
     for (int k = 0; k < 4; ++k) {
       const auto group = m.lr_wd(k, lr, wd);
-      rf[k].step(g[k], cb, t, group.first, group.second, 0.9, 0.999, 1e-8);
+      rf[k].step(g[k], cb, t, group.first, group.second, b1, b2, eps);
     }
     const auto group = m.lr_wd(4, lr, wd);
-    rd.step(g[4], cb, t, group.first, group.second, 0.9, 0.999, 1e-8);
+    rd.step(g[4], cb, t, group.first, group.second, b1, b2, eps);
   };
   ref_step(g1, 1);
   for (int s = 2; s <= 5; ++s) {
@@ -387,15 +399,19 @@ TEST_P(GefenReference, StepsMatchPlainImplementation) {
 
 INSTANTIATE_TEST_SUITE_P(
     Gefen, GefenReference,
-    ::testing::Values(Config{"defaults", {}}, Config{"force_p1_factored", {{"force_p1", "true"}}},
-                      Config{"force_p1_full", {{"force_p1", "true"}, {"p1_second_moment", "full"}}},
-                      Config{"variance_drop", {{"partition_rule", "variance_drop"}}},
-                      // Parameter groups: one kernel per group, its tensors of
-                      // every kind; two factored tensors in two groups.
-                      Config{"groups", {{"groups", ""}}},
-                      Config{"groups_force_p1_factored", {{"groups", ""}, {"force_p1", "true"}}},
-                      Config{"groups_force_p1_full",
-                             {{"groups", ""}, {"force_p1", "true"}, {"p1_second_moment", "full"}}}),
+    ::testing::Values(
+        Config{"defaults", {}}, Config{"force_p1_factored", {{"force_p1", "true"}}},
+        Config{"force_p1_full", {{"force_p1", "true"}, {"p1_second_moment", "full"}}},
+        Config{"variance_drop", {{"partition_rule", "variance_drop"}}},
+        // Parameter groups: one kernel per group, its tensors of
+        // every kind; two factored tensors in two groups.
+        Config{"groups", {{"groups", ""}}}, Config{"groups_force_p1_factored", {{"groups", ""}, {"force_p1", "true"}}},
+        Config{"groups_force_p1_full", {{"groups", ""}, {"force_p1", "true"}, {"p1_second_moment", "full"}}},
+        // Other betas and eps (every kind's step reads them).
+        Config{"betas_eps", {{"betas", "0.8,0.95"}, {"eps", "1e-3"}}},
+        Config{"betas_eps_force_p1_factored", {{"betas", "0.5,0.9"}, {"eps", "1e-4"}, {"force_p1", "true"}}},
+        Config{"betas_eps_force_p1_full",
+               {{"betas", "0.5,0.9"}, {"eps", "1e-4"}, {"force_p1", "true"}, {"p1_second_moment", "full"}}}),
     [](const ::testing::TestParamInfo<Config>& i) { return i.param.name; });
 
 // Many factored tensors, in two parameter groups, more than one wave of

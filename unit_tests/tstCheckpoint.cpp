@@ -15,6 +15,7 @@
 
 #include <cstdio>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -207,6 +208,85 @@ TEST(Checkpoint, LargeTensorsRoundTrip) {
   lo.load_parameters         = false;
   koptim::io::load_checkpoint(path, *fresh, lo);
   EXPECT_TRUE(opt->export_state() == fresh->export_state());
+}
+
+// The chunk index of the HDF5 1.8 format has no checksum: a record whose position is damaged made
+// HDF5 take its chunk for one never written and leave the reader's buffer as it was, a load that
+// succeeded with garbage. The first record's position is moved onto the second's and beyond the
+// dataset (HDF5 itself rounds a position within a chunk down to the chunk's), by editing the
+// first key of the index node that points at the first chunk of w's exp_avg (a v1 B-tree "TREE"
+// node of chunked raw data: size and filter mask, 4 bytes each, then one 8-byte offset per
+// dimension plus one, then the address of the chunk).
+TEST(Checkpoint, ADamagedChunkIndexIsRefused) {
+  Kokkos::View<float**> w("w", 700, 700), g("g", 700, 700);
+  Kokkos::View<double*> v("v", 300000), gv("gv", 300000);
+  koptim::ParameterSet ps;
+  ps.add("w", w, g);
+  ps.add("v", v, gv);
+  fill_large(w, g, v, gv);
+  Teuchos::ParameterList l("koptim");
+  l.set("optimizer", std::string("AdamW"));
+  l.set("lr", 0.01);
+  auto saved = koptim::create(ps, l, world());
+  saved->step();
+  const std::string path = file("chunk_index");
+  koptim::io::save_checkpoint(path, *saved, save_options());
+  auto opt = koptim::create(ps, l, world());
+  opt->step();
+  opt->step();
+
+  // The first two chunks of /parameters/w/state/exp_avg: their positions and the first one's address.
+  hsize_t n = 0, at[2][2] = {};
+  haddr_t first = 0;
+  {
+    const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    const hid_t d = H5Dopen2(f, "/parameters/w/state/exp_avg", H5P_DEFAULT);
+    const hid_t s = H5Dget_space(d);
+    H5Dget_num_chunks(d, s, &n);
+    for (hsize_t i = 0; i < 2 && i < n; ++i) {
+      unsigned mask = 0;
+      haddr_t addr  = 0;
+      hsize_t size  = 0;
+      H5Dget_chunk_info(d, s, i, at[i], &mask, &addr, &size);
+      if (i == 0) first = addr;
+    }
+    H5Sclose(s);
+    H5Dclose(d);
+    H5Fclose(f);
+  }
+  ASSERT_GE(n, 2u) << "the value should have several chunks";
+  const std::string bytes       = read_all(path);
+  std::size_t key               = std::string::npos;
+  constexpr std::size_t offsets = 8, pointer = 8 + 3 * 8;  // a 2-d dataset's key: 3 offsets
+  for (std::size_t i = bytes.find("TREE"); i != std::string::npos && key == std::string::npos;
+       i             = bytes.find("TREE", i + 4)) {
+    if (i + 24 + pointer + 8 > bytes.size() || bytes[i + 4] != 1 || bytes[i + 5] != 0) continue;  // raw data, leaf
+    std::uint64_t child = 0;
+    std::memcpy(&child, bytes.data() + i + 24 + pointer, 8);
+    if (child == first) key = i + 24;
+  }
+  ASSERT_NE(key, std::string::npos) << "no index node points at the first chunk";
+  std::uint64_t recorded[2] = {};
+  std::memcpy(recorded, bytes.data() + key + offsets, 16);
+  ASSERT_EQ(recorded[0], at[0][0]);
+  ASSERT_EQ(recorded[1], at[0][1]);
+
+  const auto state = opt->export_state();
+  const std::vector<std::pair<std::vector<std::uint64_t>, std::string>> damages{
+      {{at[1][0], at[1][1]}, "another chunk holds"},
+      {{(700 + at[1][0] - 1) / at[1][0] * at[1][0], at[0][1]}, "that is no chunk's"}};  // beyond the rows
+  for (const auto& damage : damages) {
+    SCOPED_TRACE("the first chunk recorded " + damage.second);
+    std::string damaged = bytes;
+    std::memcpy(&damaged[key + offsets], damage.first.data(), 16);
+    const std::string broken = file("chunk_index_damaged");
+    write_all(broken, damaged);
+    koptim::io::LoadOptions lo = load_options();
+    lo.load_parameters         = false;
+    expect_error([&] { koptim::io::load_checkpoint(broken, *opt, lo); },
+                 {"/parameters/w/state/exp_avg", damage.second, "the file is damaged"});
+    EXPECT_TRUE(state == opt->export_state()) << "the optimizer's state changed";
+  }
 }
 
 // An optimizer with a communicator of its own saves and loads over it: the options may name that

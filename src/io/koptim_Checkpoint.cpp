@@ -460,8 +460,24 @@ void check_chunks(hid_t d, const std::string& what) {
     bytes *= c;
   }
 #if H5_VERSION_GE(1, 10, 5)
+  // koptim writes every element, so every chunk is in the index, once, at its place: a record
+  // whose position is damaged would leave its chunk unread (HDF5 takes it for one never written
+  // and, as koptim's datasets have no fill value, leaves the reader's buffer as it was: a load
+  // that succeeds with garbage), so the records must be exactly the dataset's chunks.
+  std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
+  H5Sget_simple_extent_dims(space, dims.data(), nullptr);
+  hsize_t expected = 1;
+  std::vector<hsize_t> per_dim(static_cast<std::size_t>(rank));
+  for (int r = 0; r < rank; ++r) {
+    per_dim[r] = (dims[r] + chunk[r] - 1) / chunk[r];
+    expected *= per_dim[r];  // at most the element count: no overflow
+  }
   hsize_t n = 0;
   ok(H5Dget_num_chunks(d, space, &n), "cannot read the chunk index of " + what);
+  if (n != expected)
+    throw Error("cannot read " + what + ": its chunk index lists " + std::to_string(n) + " chunks of the " +
+                std::to_string(expected) + " its shape has" + damaged);
+  std::vector<bool> seen(static_cast<std::size_t>(expected), false);
   std::vector<hsize_t> at(static_cast<std::size_t>(rank));
   for (hsize_t i = 0; i < n; ++i) {
     unsigned mask = 0;
@@ -472,6 +488,16 @@ void check_chunks(hid_t d, const std::string& what) {
       throw Error("cannot read " + what + ": chunk " + std::to_string(i) + " records " + std::to_string(size) +
                   " stored bytes" + (mask != 0 ? " with its filters skipped" : "") + "; koptim writes at most " +
                   std::to_string(bytes + 4) + damaged);
+    hsize_t linear = 0;
+    bool placed    = true;
+    for (int r = 0; r < rank; ++r) {
+      placed = placed && at[r] % chunk[r] == 0 && at[r] < dims[r];
+      linear = linear * per_dim[r] + (placed ? at[r] / chunk[r] : 0);
+    }
+    if (!placed || seen[linear])
+      throw Error("cannot read " + what + ": chunk " + std::to_string(i) + " of its index is recorded at a position " +
+                  (placed ? "another chunk holds" : "that is no chunk's") + damaged);
+    seen[linear] = true;
   }
 #endif
 }

@@ -664,20 +664,28 @@ TEST(Checkpoint, AFailedSaveLeavesThePreviousFile) {
     opt->step();
   }
   // On every rank, and then on one rank alone (the last): a failure that only one rank meets (its
-  // memory, its copy from the device) fails the save on every rank, which close the file together,
-  // instead of leaving the others waiting in a collective write.
-  for (const bool one_rank : {false, true}) {
-    SCOPED_TRACE(one_rank ? "failure on the last rank only" : "failure on every rank");
-    if (!one_rank || world()->rank() == world()->size() - 1) koptim::io::Impl::inject_save_failure_after(3);
-    expect_error([&] { koptim::io::save_checkpoint(path, *opt, save_options()); }, {"injected failure"});
-    MPI_Barrier(world()->mpi_comm());
-    EXPECT_EQ(temporary_files(path), std::vector<std::string>{}) << "a temporary file was left behind";
-    CheckpointModel b;
-    auto fresh = koptim::create(b.params, koptim_test::checkpoint_config("Shampoo"), world());
-    koptim::io::load_checkpoint(path, *fresh, load_options());
-    EXPECT_TRUE(state == fresh->export_state());
-    EXPECT_TRUE(values == b.bytes());
-  }
+  // memory, its copy from the device; or its collective write's error, a full disk on its node)
+  // fails the save on every rank, which close the file together, instead of leaving the others
+  // waiting in a collective call.
+  for (const bool in_write : {false, true})
+    for (const bool one_rank : {false, true}) {
+      SCOPED_TRACE(std::string(one_rank ? "failure on the last rank only" : "failure on every rank") +
+                   (in_write ? ", in a write" : ", before a write"));
+      if (!one_rank || world()->rank() == world()->size() - 1) {
+        if (in_write)
+          koptim::io::Impl::inject_save_write_failure_after(3);
+        else
+          koptim::io::Impl::inject_save_failure_after(3);
+      }
+      expect_error([&] { koptim::io::save_checkpoint(path, *opt, save_options()); }, {"injected failure"});
+      MPI_Barrier(world()->mpi_comm());
+      EXPECT_EQ(temporary_files(path), std::vector<std::string>{}) << "a temporary file was left behind";
+      CheckpointModel b;
+      auto fresh = koptim::create(b.params, koptim_test::checkpoint_config("Shampoo"), world());
+      koptim::io::load_checkpoint(path, *fresh, load_options());
+      EXPECT_TRUE(state == fresh->export_state());
+      EXPECT_TRUE(values == b.bytes());
+    }
 }
 
 // Processes that save the same path without a communicator between them (a replicated optimizer

@@ -47,10 +47,12 @@ namespace koptim {
 namespace io {
 
 namespace {
-int injected_failure = -1;
-}
+int injected_failure       = -1;
+int injected_write_failure = -1;
+}  // namespace
 
 void Impl::inject_save_failure_after(int datasets) { injected_failure = datasets; }
+void Impl::inject_save_write_failure_after(int datasets) { injected_write_failure = datasets; }
 
 #if !KOPTIM_ENABLE_HDF5
 
@@ -846,9 +848,9 @@ Handle create_dataset(hid_t group, const std::string& name, ScalarType dtype, co
 // writes a filtered dataset collectively only, one call per dataset; with the holder alone
 // writing, the ranks would take turns.) False, having done nothing, when the tensor is too small
 // to share or a share would exceed MPI's int counts.
-template <class Prepare>
+template <class Prepare, class Write>
 bool write_shared(const Ranks& r, hid_t d, const Entry& e, const std::map<std::string, StateTensor>& tensors,
-                  const std::string& key, hid_t xfer, const std::string& what, Prepare&& prepare) {
+                  const std::string& key, hid_t xfer, const std::string& what, Prepare&& prepare, Write&& write) {
   const std::int64_t n = product(e.shape), esize = static_cast<std::int64_t>(size_of(e.dtype));
   if (e.shape.empty() || n == 0 || n * esize > (std::int64_t{1} << 30)) return false;
   const auto chunk  = chunk_of(e.shape, static_cast<std::size_t>(esize));
@@ -879,7 +881,7 @@ bool write_shared(const Ranks& r, hid_t d, const Entry& e, const std::map<std::s
   });
   MPI_Scatterv(from, counts.data(), displs.data(), MPI_BYTE, mine.data(), counts[static_cast<std::size_t>(r.rank())],
                MPI_BYTE, owner, r.comm->mpi_comm());
-  transfer(true, d, e.dtype, e.shape, mine.data(), lo, hi - lo, calls, xfer, what);
+  write([&] { transfer(true, d, e.dtype, e.shape, mine.data(), lo, hi - lo, calls, xfer, what); });
   return true;
 }
 
@@ -1142,6 +1144,20 @@ void save_checkpoint(const std::string& path, const Optimizer& opt, const SaveOp
     if (failure_after >= 0 && datasets++ == failure_after)
       throw Error(where + "injected failure after " + std::to_string(failure_after) + " datasets (test hook)");
   };
+  // A collective write's error (a full disk, a quota) may reach one rank alone: every write is
+  // agreed on before the next collective, so that every rank fails the save and closes the file
+  // with the others instead of leaving them in the next collective call.
+  int write_failure_after = injected_write_failure;
+  injected_write_failure  = -1;
+  int writes              = 0;
+  auto write              = [&](const auto& transfer_call) {
+    r.together([&] {
+      transfer_call();
+      if (write_failure_after >= 0 && writes++ == write_failure_after)
+        throw Error(where + "injected failure in the write of dataset " + std::to_string(write_failure_after) +
+                                 " (test hook)");
+    });
+  };
   try {
     r.together([&] {
       Handle fapl(ok(H5Pcreate(H5P_FILE_ACCESS), "cannot create a property list"), H5Pclose);
@@ -1187,7 +1203,8 @@ void save_checkpoint(const std::string& path, const Optimizer& opt, const SaveOp
                     where + "cannot create dataset /parameter_list"),
                  H5Dclose);
         const std::string padded = xml.empty() ? std::string(1, '\0') : xml;
-        ok(H5Dwrite(d, t, H5S_ALL, H5S_ALL, xfer, padded.data()), where + "cannot write /parameter_list");
+        write(
+            [&] { ok(H5Dwrite(d, t, H5S_ALL, H5S_ALL, xfer, padded.data()), where + "cannot write /parameter_list"); });
       }
       {
         Handle meta = group_create(file, "metadata", "/metadata");
@@ -1240,7 +1257,9 @@ void save_checkpoint(const std::string& path, const Optimizer& opt, const SaveOp
           count_dataset();
           bytes = const_cast<unsigned char*>(parameter_bytes(p.param, lo, hi - lo, copy));
         });
-        transfer(true, d, p.param.dtype, p.param.shape, bytes, lo, hi - lo, calls, xfer, where + gname + "/value");
+        write([&] {
+          transfer(true, d, p.param.dtype, p.param.shape, bytes, lo, hi - lo, calls, xfer, where + gname + "/value");
+        });
       }
 
       // The state entries, in key order on every rank.
@@ -1261,7 +1280,7 @@ void save_checkpoint(const std::string& path, const Optimizer& opt, const SaveOp
         const std::string dname = gname + "/" + loc.second;
         Handle d                = create_dataset(g, loc.second, e.dtype, e.shape, dname);
         if (r.parallel() && e.parts.size() == 1 &&
-            write_shared(r, d, e, state.tensors, kv.first, xfer, where + dname, count_dataset))
+            write_shared(r, d, e, state.tensors, kv.first, xfer, where + dname, count_dataset, write))
           continue;
         const Part* mine  = nullptr;
         std::size_t calls = 0;
@@ -1275,14 +1294,16 @@ void save_checkpoint(const std::string& path, const Optimizer& opt, const SaveOp
           count_dataset();
           if (mine) data = const_cast<unsigned char*>(state.tensors.at(kv.first).bytes());
         });
-        transfer(true, d, e.dtype, e.shape, data, mine ? mine->offset : 0, mine ? mine->count : 0, calls, xfer,
-                 where + dname);
+        write([&] {
+          transfer(true, d, e.dtype, e.shape, data, mine ? mine->offset : 0, mine ? mine->count : 0, calls, xfer,
+                   where + dname);
+        });
       }
       groups.clear();
       // Every rank's writes to stable storage (with MPI-IO an MPI_File_sync on every rank, which
       // HDF5 skips when it closes a file): rank 0's fsync below reaches only what its own node
       // wrote on a parallel file system.
-      ok(H5Fflush(file, H5F_SCOPE_GLOBAL), where + "cannot flush '" + tmp + "' to disk");
+      r.together([&] { ok(H5Fflush(file, H5F_SCOPE_GLOBAL), where + "cannot flush '" + tmp + "' to disk"); });
       if (file.close() < 0) throw Error(where + "cannot close '" + tmp + "' (HDF5: " + hdf5_message() + ")");
     });
 

@@ -812,6 +812,37 @@ TEST(Checkpoint, RanksThatReadDifferentFilesAreRefused) {
 // A parameter without elements is in no rank's slice of sharded state, so a sharded save writes
 // no state for it: the file loads with and without sharding (at 2 ranks both ways; at 1 rank
 // nothing is sharded), and the run goes on as the saved one does, bit for bit.
+// Replicas (optimizers without a communicator of their own) saved together over
+// SaveOptions::comm must be the same optimizer: one whose parameters differ on one rank hung the
+// save (groups only some ranks created), one whose configuration differs wrote one rank's.
+TEST(Checkpoint, ReplicasThatDifferAreRefused) {
+  if (world()->size() == 1) GTEST_SKIP() << "needs two ranks";
+  const std::string path = file("replicas");
+  const bool last        = world()->rank() == world()->size() - 1;
+  for (const bool by_name : {false, true}) {
+    SCOPED_TRACE(by_name ? "one more parameter on the last rank" : "another lr on the last rank");
+    CheckpointModel m;
+    auto list = koptim_test::checkpoint_config("AdamW");
+    if (!by_name && last) list.set("lr", 0.02);
+    koptim::ParameterSet params = m.params;
+    Kokkos::View<float*> x("x", 3), gx("gx", 3);
+    if (by_name && last) params.add("extra", x, gx);
+    auto opt = koptim::create(params, list);
+    m.gradients(1);
+    opt->step();
+    if (world()->rank() == 0) {  // and an earlier run's temporary files, killed in a save
+      std::remove(path.c_str());
+      for (const auto& t : temporary_files(path)) std::remove(t.c_str());
+    }
+    MPI_Barrier(world()->mpi_comm());
+    expect_error<koptim::ConfigError>([&] { koptim::io::save_checkpoint(path, *opt, save_options()); },
+                                      {"the ranks save different optimizers"});
+    MPI_Barrier(world()->mpi_comm());
+    EXPECT_FALSE(std::filesystem::exists(path));
+    EXPECT_EQ(temporary_files(path), std::vector<std::string>{});
+  }
+}
+
 TEST(Checkpoint, AParameterWithoutElementsLoadsWithAndWithoutSharding) {
   struct Model {
     Kokkos::View<float**, Kokkos::LayoutRight> w{"w", 6, 4}, gw{"gw", 6, 4}, e{"e", 0, 4}, ge{"ge", 0, 4};

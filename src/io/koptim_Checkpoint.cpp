@@ -1113,8 +1113,19 @@ void save_checkpoint(const std::string& path, const Optimizer& opt, const SaveOp
   // Every rank writes the same groups and attributes: the options must agree as well as the path.
   const bool same_path    = !r.parallel() || r.comm->same_on_all_ranks(path);
   const bool same_options = !r.parallel() || r.comm->same_on_all_ranks(options_text(options));
+  // Replicas saved over SaveOptions::comm write one file together: the groups and attributes of
+  // each rank's own parameters and configuration (a hang, or another rank's configuration in the
+  // file, when they differ). An optimizer with a communicator of its own was compared when built.
+  const bool same_optimizer =
+      !r.parallel() || r.comm->same_on_all_ranks(opt.name() + '\0' + koptim::Impl::describe_parameters(opt) + '\0' +
+                                                 opt.configuration());
   r.together([&] {
     if (!same_path) throw ConfigError(where + "the ranks name different files; every rank must pass the same path");
+    if (!same_optimizer)
+      throw ConfigError(where +
+                        "the ranks save different optimizers (the optimizer, its parameters' names, shapes, "
+                        "scalar types, layouts or groups, or its configuration differ); every rank must save "
+                        "the same optimizer");
     if (!same_options)
       throw ConfigError(where +
                         "the ranks pass different options (save_parameters or metadata); every rank must pass "

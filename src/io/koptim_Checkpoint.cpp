@@ -721,7 +721,12 @@ std::map<std::string, Entry> plan_of(const std::vector<std::string>& manifests) 
           m << e.r;
         else
           m << "a tensor";
-        m << ", rank " << r << ": " << (kind == Entry::integer ? std::to_string(i) : std::to_string(x)) << ")";
+        m << ", rank " << r << ": ";
+        if (kind == Entry::integer)
+          m << i;
+        else
+          m << x;  // at the stream's 17 digits, as the first rank's: two values that differ print apart
+        m << ")";
         throw StateError(m.str());
       }
     };

@@ -91,11 +91,16 @@ void add_common(ParameterList& l, double lr, double weight_decay, const std::str
   add(s, "gamma", 0.1, "step: the factor of each decay.", V::real(R::gamma));
 }
 
-// The sharding switch of the diagonal optimizers and Gefen, and the communicator it hands them.
-void add_shard_key(ParameterList& l) {
+// The sharding switch of the diagonal optimizers (slices of the concatenated parameters) and
+// Gefen (whole tensors: its scale and second-moment blocks span a tensor).
+void add_shard_key(ParameterList& l, bool whole_tensors = false) {
   add(l, "shard_state", false,
-      "Distributed (koptim::create with a communicator): each rank keeps the state of a slice of the parameters, "
-      "updates it and all-gathers the parameters; memory per rank ~1/N, results bitwise equal to one process.",
+      whole_tensors ? "Distributed (koptim::create with a communicator): each rank keeps the state of whole tensors "
+                      "(balanced by element count), updates them and all-gathers the parameters; memory per rank "
+                      "~1/N plus at most one tensor, results bitwise equal to one process."
+                    : "Distributed (koptim::create with a communicator): each rank keeps the state of a slice of the "
+                      "parameters, updates it and all-gathers the parameters; memory per rank ~1/N, results bitwise "
+                      "equal to one process.",
       V::boolean());
 }
 
@@ -259,7 +264,7 @@ const std::vector<Entry>& entries() {
          add_common(l, Gefen::default_lr, Gefen::default_weight_decay,
                     "Decoupled weight decay: W <- W (1 - lr weight_decay) before the update");
          Impl::add_option_keys(l, GefenOptions{});
-         add_shard_key(l);
+         add_shard_key(l, true);
        },
        {},
        [](const ParameterSet& p, const CommonOptions& c, const ParameterList& l,

@@ -786,32 +786,34 @@ TEST(Checkpoint, ScheduleKeysTheTypeDoesNotReadAreNotAConfigurationChange) {
 
 // Ranks that find different files behind one path (here: each rank in a directory of its own, as
 // a node-local copy would be) are refused on every rank, nothing changed, instead of restoring a
-// different state on each rank.
+// different state on each rank: files of different steps, and files that agree on the step and
+// everything else but are two saves (two attempts of a run, saved at the same step), told apart
+// by the save's identity.
 TEST(Checkpoint, RanksThatReadDifferentFilesAreRefused) {
   if (world()->size() == 1) GTEST_SKIP() << "needs two ranks";
   namespace fs       = std::filesystem;
   const fs::path dir = fs::path(::testing::TempDir()) / ("koptim_ckpt_own_dirs_np" + std::to_string(world()->size())) /
                        ("rank" + std::to_string(world()->rank()));
   fs::create_directories(dir);
-  CheckpointModel a;
-  auto saved = koptim::create(a.params, koptim_test::checkpoint_config("AdamW"));
-  for (int s = 1; s <= 3 + world()->rank(); ++s) {
-    a.gradients(s);
-    saved->step();
+  for (const bool same_step : {false, true}) {
+    SCOPED_TRACE(same_step ? "two saves of the same step" : "saves of different steps");
+    CheckpointModel a;
+    auto saved = koptim::create(a.params, koptim_test::checkpoint_config("AdamW"));
+    for (int s = 1; s <= 3 + (same_step ? 0 : world()->rank()); ++s) {
+      a.gradients(s);
+      saved->step();
+    }
+    koptim::io::save_checkpoint((dir / "same.h5").string(), *saved);  // each rank its own file
+    CheckpointModel m;
+    auto opt        = make(m, "AdamW", 2);
+    const auto here = fs::current_path();
+    fs::current_path(dir);
+    expect_refused(std::string("same.h5"), *opt, m,
+                   {"the ranks read different files at this path", "nothing was changed"});
+    fs::current_path(here);
   }
-  koptim::io::save_checkpoint((dir / "same.h5").string(), *saved);  // each rank its own file
-  CheckpointModel m;
-  auto opt        = make(m, "AdamW", 2);
-  const auto here = fs::current_path();
-  fs::current_path(dir);
-  expect_refused(std::string("same.h5"), *opt, m,
-                 {"the ranks read different files at this path", "nothing was changed"});
-  fs::current_path(here);
 }
 
-// A parameter without elements is in no rank's slice of sharded state, so a sharded save writes
-// no state for it: the file loads with and without sharding (at 2 ranks both ways; at 1 rank
-// nothing is sharded), and the run goes on as the saved one does, bit for bit.
 // Replicas (optimizers without a communicator of their own) saved together over
 // SaveOptions::comm must be the same optimizer: one whose parameters differ on one rank hung the
 // save (groups only some ranks created), one whose configuration differs wrote one rank's.
@@ -843,6 +845,9 @@ TEST(Checkpoint, ReplicasThatDifferAreRefused) {
   }
 }
 
+// A parameter without elements is in no rank's slice of sharded state, so a sharded save writes
+// no state for it: the file loads with and without sharding (at 2 ranks both ways; at 1 rank
+// nothing is sharded), and the run goes on as the saved one does, bit for bit.
 TEST(Checkpoint, AParameterWithoutElementsLoadsWithAndWithoutSharding) {
   struct Model {
     Kokkos::View<float**, Kokkos::LayoutRight> w{"w", 6, 4}, gw{"gw", 6, 4}, e{"e", 0, 4}, ge{"ge", 0, 4};

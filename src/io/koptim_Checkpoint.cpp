@@ -31,7 +31,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdint>
 #include <cstring>
@@ -1146,10 +1148,18 @@ void save_checkpoint(const std::string& path, const Optimizer& opt, const SaveOp
   // rank takes): two processes that save to the same path without a communicator between them (a
   // replicated optimizer saved on every rank without SaveOptions::comm) each write a whole file of
   // their own and rename it, instead of truncating and renaming one file that the other is writing.
-  std::string tmp;
+  // The save's identity (rank 0's tag, clock and count of saves), which a load compares across
+  // ranks: two files of one path that agree on everything else (node-local copies of two attempts
+  // saved at the same step) differ in it.
+  std::string tmp, id;
   r.together([&] {
     plan = plan_of(all_gather_bytes(r, manifest_of(state)));
     tmp  = all_gather_bytes(r, path + ".tmp-" + save_tag())[0];
+    static std::atomic<std::uint64_t> saves{0};
+    const auto now = std::chrono::system_clock::now().time_since_epoch();
+    id             = all_gather_bytes(r, save_tag() + "-" +
+                                             std::to_string(std::chrono::duration_cast<std::chrono::nanoseconds>(now).count()) +
+                                             "-" + std::to_string(saves++))[0];
   });
 
   // 2. The file, written collectively.
@@ -1203,6 +1213,7 @@ void save_checkpoint(const std::string& path, const Optimizer& opt, const SaveOp
       write_int(file, "format_version", checkpoint_format_version, "the file");
       write_string(file, "koptim_version", KOPTIM_VERSION_STRING, "the file");
       write_string(file, "koptim_git_hash", koptim::git_hash(), "the file");
+      write_string(file, "save_id", id, "the file");
       write_string(file, "optimizer", opt.name(), "the file");
       write_int(file, "num_ranks", r.size(), "the file");
       write_int(file, "has_parameter_values", options.save_parameters ? 1 : 0, "the file");
@@ -1360,6 +1371,7 @@ LoadReport load_checkpoint(const std::string& path, Optimizer& opt, const LoadOp
 
   LoadReport report;
   OptimizerState state;
+  std::string save_id;
   std::vector<std::vector<unsigned char> > values(ps.size());
   const bool same_path = !r.parallel() || r.comm->same_on_all_ranks(path + (options.load_parameters ? "\1" : "\0"));
   r.together([&] {
@@ -1391,6 +1403,13 @@ LoadReport load_checkpoint(const std::string& path, Optimizer& opt, const LoadOp
                   ", not a number of ranks (1 to 2^31 - 1)" + damaged);
     report.written_on_ranks = static_cast<int>(nranks.i);
     report.koptim_version   = kv.s;
+    // Absent from files of koptim before it wrote one (the same format otherwise).
+    if (H5Aexists(file, "save_id") > 0) {
+      const auto id = root("save_id");
+      if (id.kind != Attribute::string)
+        throw Error(where + "the file's root attribute save_id is not a string" + damaged);
+      save_id = id.s;
+    }
 
     std::string saved_xml;
     {
@@ -1621,7 +1640,7 @@ LoadReport load_checkpoint(const std::string& path, Optimizer& opt, const LoadOp
     SaveOptions read;
     read.metadata = report.metadata;
     std::ostringstream seen;
-    seen << options_text(read) << '\n' << report.written_on_ranks << '\n' << report.koptim_version;
+    seen << options_text(read) << '\n' << report.written_on_ranks << '\n' << report.koptim_version << '\n' << save_id;
     for (const char* k : {"step", "skipped_steps"}) {
       const auto it = state.integers.find(k);
       seen << '\n' << (it == state.integers.end() ? -1 : it->second);

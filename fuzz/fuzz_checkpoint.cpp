@@ -25,13 +25,26 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   koptim_fuzz::Params params;
   auto opt = koptim_fuzz::make(kinds[size == 0 ? 0 : data[size / 2] % kinds.size()], params.set);
   const koptim::OptimizerState before = opt->export_state();
+  const auto values                   = params.bytes();
   bool loaded                         = false;
   koptim_fuzz::expect_koptim_errors_only("fuzz_checkpoint", [&] {
     koptim::io::load_checkpoint(path, *opt);
     loaded = true;
   });
+  // A load refuses in its checks, before anything changes; a refusal in the change phase (the
+  // import refusing what the checks passed) interrupts the optimizer: a finding too.
+  if (!loaded && opt->interrupted()) {
+    std::fprintf(stderr,
+                 "fuzz_checkpoint: a refused load interrupted the optimizer (the checks passed what the "
+                 "import refused)\n");
+    std::abort();
+  }
   if (!loaded && !(opt->export_state() == before)) {
     std::fprintf(stderr, "fuzz_checkpoint: a refused load changed the optimizer's state\n");
+    std::abort();
+  }
+  if (!loaded && params.bytes() != values) {
+    std::fprintf(stderr, "fuzz_checkpoint: a refused load changed the parameters\n");
     std::abort();
   }
   if (loaded) koptim_fuzz::expect_koptim_errors_only("fuzz_checkpoint", [&] { opt->step(); });

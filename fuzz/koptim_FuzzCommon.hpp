@@ -43,6 +43,15 @@ struct Params {
     set.add("b", b, db);
     fill(0);
   }
+  // The parameters' values as bytes (a refused load must leave them as they were).
+  std::vector<unsigned char> bytes() const {
+    auto hw = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), w);
+    auto hb = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), b);
+    std::vector<unsigned char> out(hw.span() * sizeof(float) + hb.span() * sizeof(double));
+    std::memcpy(out.data(), hw.data(), hw.span() * sizeof(float));
+    std::memcpy(out.data() + hw.span() * sizeof(float), hb.data(), hb.span() * sizeof(double));
+    return out;
+  }
   // Deterministic finite values (a step must be possible with them).
   void fill(int k) {
     auto hw = Kokkos::create_mirror_view(w), hdw = Kokkos::create_mirror_view(dw);

@@ -201,7 +201,12 @@ Lookup build_lookup(const std::vector<float>& c, bool with_double) {
     }
     return L;
   }
-  throw std::invalid_argument("koptim::Gefen: codebook entries too close for the nearest-entry lookup");
+  // Unreachable: a learned codebook's distinct entries are at least 2^-12 apart, and import_state
+  // refuses entries closer than 2^-14, which 65536 bins serve. A koptim error all the same, since
+  // the codebook is data.
+  throw Error(
+      "koptim::Gefen: codebook entries too close for the nearest-entry lookup (65536 bins do not separate "
+      "them; an internal error, please report it)");
 }
 
 // What the step kernels read besides the tensor's own state: the codebook and its lookup.

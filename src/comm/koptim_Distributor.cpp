@@ -26,6 +26,20 @@ std::vector<int> assign_blocks(const std::vector<double>& costs, int num_ranks) 
   return owner;
 }
 
+Refusal agree_on_refusal(const comm::Communicator& comm, const Refusal& mine) {
+  // "<kind><parameter>\0<message>", or "" for none.
+  const auto first = comm.first_error(
+      mine.kind == 0 ? std::string() : std::string(1, mine.kind) + mine.parameter + '\0' + mine.message);
+  Refusal r;
+  if (first.first < 0) return r;
+  const std::size_t cut = first.second.find('\0');
+  r.kind                = first.second[0];
+  r.parameter           = first.second.substr(1, cut - 1);
+  r.message             = first.second.substr(cut + 1);
+  r.rank                = first.first;
+  return r;
+}
+
 template <class T>
 Distributor<T>::Distributor(const std::string& label, const std::vector<std::int64_t>& sizes,
                             const std::vector<int>& owners, int rank, int num_ranks, Wire wire)

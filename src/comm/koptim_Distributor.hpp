@@ -53,6 +53,19 @@ void run_together(const comm::Communicator* comm, F&& f) {
   comm->agree_on_exception(error);
 }
 
+// A step's refusal of its gradients, as the ranks agree on it: kind 0 none; 's' the step is
+// skipped; 'n' a NonFiniteError (with its message); 'x' another error (message only). The
+// parameter is the refused one's name (which holds no NUL byte).
+struct Refusal {
+  char kind = 0;
+  std::string parameter;
+  std::string message;
+  int rank = -1;  // the refusing rank (agreed refusals only)
+};
+// Every rank gets the lowest refusing rank's refusal (kind 0 when no rank refused): one host
+// collective.
+Refusal agree_on_refusal(const comm::Communicator& comm, const Refusal& mine);
+
 // The precision of the all-gather: the values' own, or bfloat16 (half the bytes, rounded).
 enum class Wire { native, bfloat16 };
 

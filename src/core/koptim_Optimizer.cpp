@@ -287,30 +287,27 @@ bool Optimizer::checked_on_every_rank(const ExecutionSpace& exec) {
   const comm::Communicator* comm = step_communicator();
   if (!comm || comm->size() == 1 || common_.nonfinite_gradient == NonFiniteGradient::unchecked)
     return check_gradients(exec);
-  // "" fine, "s<name>\0" skip, "n<name>\0<message>" NonFiniteError (a refusal carries the
-  // parameter's name, which holds no NUL), "x<message>" any other error (the check's first
-  // allocation, a Kokkos error).
-  std::string local;
+  // Any other error of the check ('x': its first allocation, a Kokkos error) is agreed on too.
+  Impl::Refusal mine;
   try {
     // An interrupted rank refuses here, in the agreement, so that every rank refuses with it
     // (an interruption on one rank alone: its import_state() failed).
     if (!interrupted_.empty())
-      local = "x" + refused_after_interruption("step");
+      mine = {'x', "", refused_after_interruption("step")};
     else if (!check_gradients(exec))
-      local = "s" + status_.refused_parameter + '\0';
+      mine = {'s', status_.refused_parameter, ""};
   } catch (const NonFiniteError& e) {
-    local = "n" + status_.refused_parameter + '\0' + e.what();
+    mine = {'n', status_.refused_parameter, e.what()};
   } catch (const std::exception& e) {
-    local = std::string("x") + e.what();
+    mine = {'x', "", e.what()};
   }
-  const auto first = comm->first_error(local);
-  if (first.first < 0) return true;
-  const std::string rank = "rank " + std::to_string(first.first) + ": ";
-  if (first.second[0] == 'x') throw Error(rank + first.second.substr(1));
-  const std::size_t cut = first.second.find('\0');
+  const auto first = Impl::agree_on_refusal(*comm, mine);
+  if (first.kind == 0) return true;
+  const std::string rank = "rank " + std::to_string(first.rank) + ": ";
+  if (first.kind == 'x') throw Error(rank + first.message);
   // The rank whose gradients passed names the refused parameter as "rank R: <name>".
-  if (local.empty()) status_.refused_parameter = rank + first.second.substr(1, cut - 1);
-  if (first.second[0] == 'n') throw NonFiniteError(rank + first.second.substr(cut + 1));
+  if (mine.kind == 0) status_.refused_parameter = rank + first.parameter;
+  if (first.kind == 'n') throw NonFiniteError(rank + first.message);
   return false;
 }
 

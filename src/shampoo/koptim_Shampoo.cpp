@@ -1768,12 +1768,10 @@ void Shampoo::update(const ExecutionSpace& exec, std::int64_t t, const std::vect
       // communicator, not the group: groups agreeing each on their own would part ways (one
       // group skipping, or throwing, while the others step) if they were given different
       // gradients.
-      const auto first = comm_->first_error(error.empty() ? std::string() : parameter + '\0' + error);
-      if (first.first >= 0) {
-        const std::size_t cut = first.second.find('\0');
-        parameter             = first.second.substr(0, cut);
-        error                 = (comm_->size() > 1 ? "rank " + std::to_string(first.first) + ": " : std::string()) +
-                first.second.substr(cut + 1);
+      const auto first = Impl::agree_on_refusal(*comm_, {error.empty() ? '\0' : 'n', parameter, error});
+      if (first.kind != 0) {
+        parameter = first.parameter;
+        error     = (comm_->size() > 1 ? "rank " + std::to_string(first.rank) + ": " : std::string()) + first.message;
       }
     }
     if (!error.empty()) {

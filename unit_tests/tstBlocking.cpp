@@ -222,7 +222,7 @@ TEST(Blocking, MergeRuleOnRandomShapes) {
 TEST(Blocking, DescriptionSaysWhatHappened) {
   const auto l        = compute_block_layout({1, 32, 3, 64, 64});
   const std::string d = l.describe();
-  EXPECT_NE(d.find("shape (1,32,3,64,64) -> (32,192,64)"), std::string::npos) << d;
+  EXPECT_NE(d.find("shape (1, 32, 3, 64, 64) -> (32, 192, 64)"), std::string::npos) << d;
   EXPECT_NE(d.find("dropped size-1 dims: 0"), std::string::npos) << d;
   EXPECT_NE(d.find("merged dim 1 = 192 = dims {2,3}"), std::string::npos) << d;
   EXPECT_NE(d.find("block 0: [0:32, 0:192, 0:64] order 3, factors 32x32 192x192 64x64"), std::string::npos) << d;
@@ -243,7 +243,7 @@ TEST(Blocking, RejectsBadInput) {
     compute_block_layout({4, -2});
     FAIL() << "negative size accepted";
   } catch (const koptim::ShapeError& e) {
-    EXPECT_NE(std::string(e.what()).find("dimension 1 of shape (4,-2) is -2"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("dimension 1 of shape (4, -2) is -2"), std::string::npos) << e.what();
   }
 }
 

@@ -13,6 +13,7 @@
 #define KOPTIM_SHAMPOO_BLOCKING_HPP
 
 #include <koptim/core/koptim_Error.hpp>
+#include <koptim/core/koptim_Tensor.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -70,15 +71,6 @@ struct BlockLayout {
 
 namespace Impl {
 
-inline std::string shape_to_string(const std::vector<std::int64_t>& shape) {
-  std::ostringstream os;
-  os << '(';
-  for (std::size_t i = 0; i < shape.size(); ++i) os << (i ? "," : "") << shape[i];
-  if (shape.size() == 1) os << ',';  // as Python writes a 1-tuple, so (512,) reads as a shape
-  os << ')';
-  return os.str();
-}
-
 // Chunk c of a dimension of length d cut into pieces of at most m: every chunk has length m
 // except the last, as torch.split does.
 inline std::int64_t chunk_size(std::int64_t d, std::int64_t m, std::int64_t c) {
@@ -98,8 +90,7 @@ inline BlockLayout compute_block_layout(const std::vector<std::int64_t>& shape, 
   for (std::size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] < 0) {
       throw koptim::ShapeError("koptim::shampoo::compute_block_layout: dimension " + std::to_string(i) + " of shape " +
-                               Impl::shape_to_string(shape) + " is " + std::to_string(shape[i]) +
-                               "; sizes must be >= 0");
+                               shape_string(shape) + " is " + std::to_string(shape[i]) + "; sizes must be >= 0");
     }
   }
 
@@ -177,9 +168,8 @@ inline BlockLayout compute_block_layout(const std::vector<std::int64_t>& shape, 
 // into each merged one, and every block with its offsets and sizes.
 inline std::string BlockLayout::describe() const {
   std::ostringstream os;
-  os << "shape " << Impl::shape_to_string(original_shape) << " -> " << Impl::shape_to_string(merged_shape)
-     << " (max_preconditioner_dim " << options.max_preconditioner_dim << ", use_merge_dims "
-     << (options.use_merge_dims ? "true" : "false") << ")\n";
+  os << "shape " << shape_string(original_shape) << " -> " << shape_string(merged_shape) << " (max_preconditioner_dim "
+     << options.max_preconditioner_dim << ", use_merge_dims " << (options.use_merge_dims ? "true" : "false") << ")\n";
   std::vector<int> dropped;
   for (std::size_t i = 0; i < original_shape.size(); ++i) {
     if (original_shape[i] == 1) dropped.push_back(static_cast<int>(i));

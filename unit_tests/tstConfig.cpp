@@ -400,6 +400,15 @@ TEST(Config, YamlRefusesWhatItsReaderWouldReadOtherwise) {
   EXPECT_EQ(read_error(y, a + "  betas: [0, 0]\n"), "");
   // A flow sequence over two lines (Teuchos' reader does not take it either).
   expect_contains(read_error(y, a + "  betas: [0.9,\n          0.95]\n"), {"line 4", "'0.95]'", "on its key's line"});
+  // An escape the reader does not know loses its backslash: "Adam\W" was read as AdamW, "skip\_step"
+  // (a no-break space in YAML 1.2) as skip_step.
+  expect_contains(read_error(y, "koptim:\n  optimizer: \"Adam\\W\"\n"), {"key 'optimizer'", "escape"});
+  expect_contains(read_error(y, a + "  nonfinite_gradient: \"skip\\_step\"\n"), {"key 'nonfinite_gradient'", "escape"});
+  // A directive line after the first key was dropped, and the key written on it (lr stayed 0.5).
+  expect_contains(read_error(y, a + "  lr: 0.5\n%  lr: 0.25\n"), {"line 4", "YAML directive after the first key"});
+  // A subnormal keeps fewer digits than written: 3e-324 was read as 4.9e-324.
+  expect_contains(read_error(y, a + "  eps: 3e-324\n"), {"key 'eps'", "too small for a double to hold as written"});
+  expect_contains(read_error(y, a + "  betas: [0.5, 1e-310]\n"), {"key 'betas'", "entry 2", "too small"});
 }
 
 // A <Parameter> holds nothing: an element or text inside one (a '/>' written as '>') was dropped.
@@ -415,6 +424,18 @@ TEST(Config, XmlRefusesWhatWouldBeDropped) {
                   {"key 'koptim/amsgrad'", "not a bool", "without spaces"});
   expect_contains(read_error(x, xml_with("  <ParameterList name=\"lr_schedule\" value=\"cosine\"/>\n")),
                   {"list 'koptim/lr_schedule' has the attribute value='cosine'", "would be ignored"});
+  // An attribute the reader does not read was dropped (valu="0.7" beside value="0.5": lr 0.5), on a
+  // <Parameter> and on the top list alike; what Teuchos' writer adds still reads.
+  expect_contains(read_error(x, xml_with("  <Parameter name=\"lr\" type=\"double\" value=\"0.5\" valu=\"0.7\"/>\n")),
+                  {"<Parameter> named 'lr' has the attribute valu='0.7'", "would ignore"});
+  expect_contains(read_error(x,
+                             "<ParameterList name=\"koptim\" value=\"x\">\n"
+                             "  <Parameter name=\"optimizer\" type=\"string\" value=\"AdamW\"/>\n</ParameterList>\n"),
+                  {"<ParameterList> named 'koptim' has the attribute value='x'"});
+  EXPECT_EQ(read_error(x, xml_with("  <Parameter docString=\"\" id=\"1\" isDefault=\"false\" isUsed=\"true\" "
+                                   "name=\"lr\" type=\"double\" value=\"0.5\"/>\n"
+                                   "  <!-- <Parameter name=\"eps\" valu=\"1\"/> a comment is no element -->\n")),
+            "");
   // A byte-order mark is no part of the text.
   EXPECT_EQ(read_error(x, "\xEF\xBB\xBF" + xml_with("")), "");
 }
@@ -464,6 +485,7 @@ TEST(Config, XmlRefusesValuesNotExactlyOfTheirType) {
       {"lr", "double", "0x10", "unexpected 'x'"},
       {"lr", "double", "1e400", "too large for a double"},
       {"lr", "double", "1e-400", "too small for a double"},
+      {"lr", "double", "3e-324", "too small for a double to hold as written"},
       {"lr", "double", "inf", "not a real number"},
       {"betas", "Array(double)", "{0.9x, zz}", "entry 1 '0.9x'"},
       {"betas", "Array(double)", "{0.9, zz}", "entry 2 'zz'"},

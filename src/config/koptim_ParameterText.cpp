@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -93,6 +94,11 @@ bool parse_real(const std::string& t, double& out, std::string& why) {
   }
   if (out == 0.0 && nonzero > 0) {
     why = "too small for a double (it would be read as 0)";
+    return false;
+  }
+  // A subnormal keeps fewer digits than the value has (3e-324 is read as 4.9e-324).
+  if (out != 0.0 && std::fabs(out) < std::numeric_limits<double>::min()) {
+    why = "too small for a double to hold as written (below 2.2250738585072014e-308 it keeps fewer digits)";
     return false;
   }
   return true;
@@ -290,6 +296,55 @@ void compare_xml_values(const Teuchos::XMLObject& x, const ParameterList& l, con
   }
 }
 
+// The attributes of every <Parameter> and <ParameterList> start tag, from the text (Teuchos'
+// XMLObject does not list them): one the reader does not read would be dropped without a word
+// (value="0.5" valu="0.7" read as 0.5). Allowed: what Teuchos' writer writes (name, type, value,
+// and id, isDefault, isUsed, docString, which hold no value). Called on text the XML parser took.
+void check_xml_attributes(const std::string& text, const std::string& source) {
+  const std::set<std::string> parameter{"name", "type", "value", "id", "isDefault", "isUsed", "docString"};
+  const std::set<std::string> list{"name", "id"};
+  auto name_char = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.' || c == ':';
+  };
+  auto space    = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
+  std::size_t i = 0;
+  while ((i = text.find('<', i)) != std::string::npos) {
+    if (text.compare(i, 4, "<!--") == 0) {
+      const std::size_t end = text.find("-->", i + 4);
+      i                     = end == std::string::npos ? text.size() : end + 3;
+      continue;
+    }
+    ++i;
+    std::size_t j = i;
+    while (j < text.size() && name_char(text[j])) ++j;
+    const std::string tag = text.substr(i, j - i);
+    if (tag != "Parameter" && tag != "ParameterList") continue;
+    const auto& allowed = tag == "Parameter" ? parameter : list;
+    std::string named;  // the element's name, for the message
+    while (j < text.size()) {
+      while (j < text.size() && space(text[j])) ++j;
+      if (j >= text.size() || text[j] == '>' || text[j] == '/') break;
+      const std::size_t a = j;
+      while (j < text.size() && name_char(text[j])) ++j;
+      const std::string attribute = text.substr(a, j - a);
+      while (j < text.size() && (space(text[j]) || text[j] == '=')) ++j;
+      if (j >= text.size() || (text[j] != '"' && text[j] != '\'')) break;  // not XML: the parser refused it
+      const std::size_t close = text.find(text[j], j + 1);
+      if (close == std::string::npos) break;
+      if (attribute == "name") named = text.substr(j + 1, close - j - 1);
+      if (!allowed.count(attribute))
+        refuse(source, "a <" + tag + ">" + (named.empty() ? std::string() : " named " + shown(named)) +
+                           " has the attribute " + attribute + "=" + shown(text.substr(j + 1, close - j - 1)) +
+                           ", which the reader would ignore; a <" + tag + "> takes " +
+                           (tag == "Parameter" ? "name, type and value (and id, isDefault, isUsed, docString as "
+                                                 "Teuchos writes them)"
+                                               : "name (and id as Teuchos writes it)"));
+      j = close + 1;
+    }
+    i = j;
+  }
+}
+
 RCP<ParameterList> from_xml(const std::string& text, const std::string& source) {
   std::lock_guard<std::mutex> lock(Impl::teuchos_text_mutex());
   Teuchos::XMLObject x;
@@ -304,6 +359,7 @@ RCP<ParameterList> from_xml(const std::string& text, const std::string& source) 
     refuse(source, "the top element is <" + x.getTag() + ">; it must be <ParameterList>");
   const std::string root = x.hasAttribute("name") ? x.getAttribute("name") : std::string("ANONYMOUS");
   check_xml_list(x, root, source, 0);
+  check_xml_attributes(text, source);
   RCP<ParameterList> l;
   try {
     l = Teuchos::rcp(new ParameterList(Teuchos::XMLParameterListReader().toParameterList(x)));
@@ -413,6 +469,10 @@ std::vector<YamlKey> scan_yaml(const std::string& text, const std::string& sourc
     }
     block_scalar = -1;
     block_text   = -1;
+    if (ind == 0 && content[0] == '%' && !levels.empty())
+      refuse(source, "line " + std::to_string(number) + " " + shown(content) +
+                         " is a YAML directive after the first key; the YAML reader drops it (and a key on it): "
+                         "a directive may stand only before the list");
     if (ind == 0 && (content.rfind("---", 0) == 0 || content.rfind("...", 0) == 0 || content[0] == '%')) continue;
     if (ind < line.size() && line[ind] == '\t')
       refuse(source, "line " + std::to_string(number) + " is indented with a tab; indent with spaces");
@@ -576,7 +636,13 @@ bool same_yaml_scalar(const Teuchos::ParameterEntry& e, const std::string& writt
   }
   if (a.type() == typeid(std::string)) {
     std::string v;
-    if (!yaml_scalar(written, v)) return true;  // an escape this check does not decode: the reader's
+    if (!yaml_scalar(written, v)) {
+      // The reader drops the backslash of an escape it does not know ("Adam\W" read as AdamW).
+      why =
+          "a double-quoted string with an escape other than \\\\, \\\" or \\/; write the character itself "
+          "or quote it with '...'";
+      return false;
+    }
     return v == Teuchos::any_cast<std::string>(a);
   }
   return true;  // another type: refused by the validators

@@ -8,21 +8,47 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <sstream>
+#include <string>
 #include <thread>
 #include <vector>
 
 namespace {
-// Kokkos' options it also reads without the --kokkos- prefix, and leaves in argv in that form.
-bool kokkos_unprefixed(const char* a) {
-  for (const char* name : {"--help", "--disable-warnings", "--tune-internals", "--threads", "--num-threads", "--numa",
-                           "--device", "--device-id", "--ndevices", "--num-devices", "--map-device-id-by",
-                           "--tools-library", "--tools-args", "--tools-help", "--print-configuration"}) {
+// The names Kokkos 3 read without the --kokkos- prefix (and left in argv), and Kokkos 4 reads in
+// part: an argument the program does not take is refused, with the prefixed form named (which
+// Kokkos removes from argv when it knows it, so that one it does not know is refused too).
+bool kokkos_unprefixed(const std::string& a) {
+  for (const char* name : {"--disable-warnings", "--tune-internals", "--threads", "--num-threads", "--numa", "--device",
+                           "--device-id", "--ndevices", "--num-devices", "--map-device-id-by", "--tools-library",
+                           "--tools-libs", "--tools-args", "--tools-help", "--print-configuration"}) {
     const std::size_t k = std::strlen(name);
-    if (std::strncmp(a, name, k) == 0 && (a[k] == '\0' || a[k] == '=')) return true;
+    if (a.compare(0, k, name) == 0 && (a.size() == k || a[k] == '=')) return true;
   }
   return false;
+}
+
+// Google Benchmark reads a boolean flag's value as true unless it is 0, f, false, n, no or off
+// (--benchmark_list_tests=fasle listed the benchmarks), and the last of a flag given twice: both
+// refused here. An empty string when the arguments are fine.
+std::string refused_benchmark_flags(const std::vector<char*>& args) {
+  std::vector<std::string> seen;
+  for (std::size_t i = 1; i < args.size(); ++i) {
+    const std::string a = args[i];
+    if (a.rfind("--benchmark_", 0) != 0) continue;
+    const std::string name = a.substr(0, a.find('='));
+    if (std::find(seen.begin(), seen.end(), name) != seen.end()) return name + " is given twice; give it once";
+    seen.push_back(name);
+    for (const char* flag :
+         {"--benchmark_list_tests", "--benchmark_report_aggregates_only", "--benchmark_display_aggregates_only",
+          "--benchmark_counters_tabular", "--benchmark_enable_random_interleaving", "--benchmark_dry_run"}) {
+      if (name != flag || a.size() == name.size()) continue;
+      const std::string v = a.substr(name.size() + 1);
+      if (v != "true" && v != "false" && v != "1" && v != "0") return a + ": a boolean flag takes true, false, 1 or 0";
+    }
+  }
+  return {};
 }
 
 // The options that name rank 0's output file (the other ranks drop them and report nothing).
@@ -45,14 +71,35 @@ int main(int argc, char** argv) {
   Kokkos::initialize(argc, argv);
   {
     std::vector<char*> args(argv, argv + argc);
+    int refused = 0;
+    for (std::size_t i = 1; i < args.size(); ++i) {
+      if (!kokkos_unprefixed(args[i])) continue;
+      if (rank == 0)
+        std::fprintf(stderr, "%s: %s: give Kokkos' options as --kokkos-%s (this Kokkos removes the ones it reads)\n",
+                     argv[0], args[i], args[i] + 2);
+      refused = 1;
+    }
+    const std::string flags = refused_benchmark_flags(args);
+    if (!flags.empty()) {
+      if (rank == 0) std::fprintf(stderr, "%s: %s\n", argv[0], flags.c_str());
+      refused = 1;
+    }
+    if (refused) {  // the same on every rank: every rank has the same arguments
+      Kokkos::finalize();
+      MPI_Finalize();
+      return 2;
+    }
     if (rank != 0) args.erase(std::remove_if(args.begin() + 1, args.end(), output_option), args.end());
     int n = static_cast<int>(args.size());
     benchmark::Initialize(&n, args.data());
     // An argument neither Kokkos nor Google Benchmark took (a misspelt --benchmark_filtr would
     // otherwise run every benchmark without a word): the library prints it, and every rank stops
     // (agreed: ranks that went on would wait for the others in their benchmarks' collectives).
+    // Kokkos 3 and 4 take --help unprefixed (and print their options before Google Benchmark's).
     std::vector<char*> left(args.begin(), args.begin() + n);
-    left.erase(std::remove_if(left.begin() + 1, left.end(), kokkos_unprefixed), left.end());
+    left.erase(
+        std::remove_if(left.begin() + 1, left.end(), [](const char* a) { return std::strcmp(a, "--help") == 0; }),
+        left.end());
     int unknown = benchmark::ReportUnrecognizedArguments(static_cast<int>(left.size()), left.data()) ? 1 : 0;
     MPI_Allreduce(MPI_IN_PLACE, &unknown, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     if (unknown) {

@@ -135,6 +135,14 @@ bool plot(const Task& task, const std::vector<Run>& runs, const std::filesystem:
 }
 
 void demo(int argc, char** argv) {
+  // The demo trains one process's runs and writes their files; under mpiexec every rank would
+  // run the same runs and write the same files at once. (koptim_digits and koptim_burgers run
+  // data-parallel.)
+  int ranks = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  if (ranks > 1)
+    throw UsageError("runs on one process (it has " + std::to_string(ranks) +
+                     " ranks); for data-parallel training run koptim_digits or koptim_burgers under mpiexec");
   std::string task_name = "all", output = ".", restart;
   int checkpoint_every = 0;
   std::vector<std::string> configs;

@@ -83,10 +83,13 @@ class Arguments {
     return true;
   }
   const std::string& flag() const { return args_[pos_]; }
+  // An empty value is refused: the options read "" as "not given" (an unset shell variable in
+  // --restart "$DIR" would start the run over without a word).
   std::string value() {
     const std::string f = flag();
     if (pos_ + 1 >= static_cast<int>(args_.size()) || args_[pos_ + 1].rfind("--", 0) == 0)
       throw UsageError(f + " needs a value");
+    if (args_[pos_ + 1].empty()) throw UsageError(f + " needs a value, got an empty one");
     return args_[++pos_];
   }
   // An integer in [min, max]; "abc", "12x", "-5" for min 1 are rejected.
@@ -163,6 +166,24 @@ struct Dataset {
   LossKind loss = LossKind::cross_entropy;
   std::string description;
 };
+
+// FNV-1a over the bytes of Views (a model's parameters, a data set): equal hashes mean bitwise
+// equal values.
+constexpr std::uint64_t fnv_offset = 1469598103934665603ull;
+template <class V>
+void fnv_mix(std::uint64_t& h, const V& v) {
+  auto m            = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
+  const auto* bytes = reinterpret_cast<const unsigned char*>(m.data());
+  for (std::size_t i = 0; i < m.size() * sizeof(typename V::value_type); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
+}
+// The data set's values as 16 hex digits (a restart must continue on the data it started on).
+inline std::string data_hash(const Dataset& d) {
+  std::uint64_t h = fnv_offset;
+  for (const auto* m : {&d.x_train, &d.y_train, &d.x_test, &d.y_test}) fnv_mix(h, *m);
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
 
 // Copies the host rows listed in rows (each row `width` values of values) into a device matrix.
 inline Matrix to_device(const std::string& label, const std::vector<float>& values, int width,
@@ -459,15 +480,10 @@ class Mlp {
 
   // An FNV-1a hash of the parameters' bytes: equal hashes mean bitwise equal models.
   std::uint64_t hash() const {
-    std::uint64_t h = 1469598103934665603ull;
-    auto mix        = [&h](const auto& v) {
-      auto m            = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
-      const auto* bytes = reinterpret_cast<const unsigned char*>(m.data());
-      for (std::size_t i = 0; i < m.size() * sizeof(Scalar); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
-    };
+    std::uint64_t h = fnv_offset;
     for (int l = 0; l < layers(); ++l) {
-      mix(W[l]);
-      mix(b[l]);
+      fnv_mix(h, W[l]);
+      fnv_mix(h, b[l]);
     }
     return h;
   }
@@ -799,6 +815,8 @@ class Trainer {
     o.metadata.integers["seed"]        = static_cast<std::int64_t>(settings_.seed);
     o.metadata.integers["shards"]      = settings_.shards;
     o.metadata.integers["batch"]       = settings_.batch;
+    o.metadata.integers["eval_every"]  = settings_.eval_every;
+    o.metadata.strings["data"]         = data_hash(data_);
     o.metadata.integers["steps_timed"] = steps_timed_;
     o.metadata.integers["step"]        = optimizer_->step_count();
     o.metadata.reals["wall_s"]         = wall_s;
@@ -836,6 +854,13 @@ class Trainer {
       expect("seed", static_cast<std::int64_t>(settings_.seed));
       expect("batch", settings_.batch);
       expect("shards", settings_.shards);
+      expect("eval_every", settings_.eval_every);  // the curve's spacing
+      const auto data        = m.strings.find("data");
+      const std::string mine = data_hash(data_);
+      if (data == m.strings.end() || data->second != mine)
+        throw UsageError("the checkpoint '" + path + "' was written on another data set (values hash " +
+                         (data == m.strings.end() ? std::string("(none)") : data->second) + ", this run's " + mine +
+                         ")");
       if (!m.reals.count("wall_s") || !m.integers.count("steps_timed"))
         throw UsageError("the checkpoint '" + path + "' was not written by a koptim example");
       curve           = parse_curve(curve_from_metadata(m, path));
@@ -1025,7 +1050,8 @@ inline std::string example_usage(const std::string& program, bool has_data) {
          "  --steps N          optimizer steps (also the lr schedule's total_steps)\n"
          "  --batch N          global batch size (all ranks together)\n"
          "  --shards N         the batch gradient is the sum of N chunk gradients, N a multiple of the ranks\n"
-         "                     (default: the ranks); equal N gives bitwise equal runs at any rank count\n"
+         "                     (default: the ranks); equal N gives bitwise equal runs at 1 and 2 ranks\n"
+         "                     (beyond 2 only where MPI adds the ranks' sums in rank order)\n"
          "  --seed N           seed of the initialization and the batches\n"
          "  --lr X             replaces the file's lr\n"
          "  --eval-every N     steps between evaluations on the full train and test sets\n"
@@ -1125,7 +1151,15 @@ inline void run_example(const Dataset& data, const std::vector<int>& layers, con
   // State bytes summed over the ranks (sharded state is spread over them).
   unsigned long long bytes = trainer.optimizer().state_bytes(), total = 0;
   MPI_Allreduce(&bytes, &total, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+  // Every rank's replica must be the same model: the hash printed (rank 0's) stands for all.
   const std::uint64_t hash = model.hash();
+  std::vector<unsigned long long> hashes(static_cast<std::size_t>(ranks));
+  const unsigned long long mine = hash;
+  MPI_Allgather(&mine, 1, MPI_UNSIGNED_LONG_LONG, hashes.data(), 1, MPI_UNSIGNED_LONG_LONG, MPI_COMM_WORLD);
+  for (int r = 1; r < ranks; ++r)
+    if (hashes[static_cast<std::size_t>(r)] != hashes[0])
+      throw std::runtime_error("the ranks' models differ after training: rank " + std::to_string(r) +
+                               "'s parameters hash to another value than rank 0's");
   if (root) {
     std::printf(
         "final: train loss %.6e, test loss %.6e, test %s %.6g, %.3f ms/step, %.2f bytes of optimizer state "

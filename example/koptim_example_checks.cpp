@@ -229,6 +229,24 @@ void check_long_curve() {
 #endif
 }
 
+// An option's empty value (an unset shell variable in --restart "$DIR") is refused: the options
+// read "" as "not given", so the run started over without a word.
+void check_empty_values() {
+  for (const char* option : {"--restart", "--csv", "--config", "--checkpoint"}) {
+    std::string program = "prog", flag = option, empty;
+    char* argv[] = {&program[0], &flag[0], &empty[0], nullptr};
+    Arguments args(3, argv);
+    bool refused = false;
+    args.next();
+    try {
+      args.value();
+    } catch (const UsageError& e) {
+      refused = std::string(e.what()).find("got an empty one") != std::string::npos;
+    }
+    expect(refused, std::string(option) + " \"\" is refused");
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -239,6 +257,7 @@ int main(int argc, char** argv) {
     check_gradient(LossKind::mean_squared);
     check_curve_text();
     check_long_curve();
+    check_empty_values();
     if (failures) throw std::runtime_error(std::to_string(failures) + " check(s) failed");
   });
 }

@@ -294,43 +294,70 @@ std::pair<int, std::string> Communicator::first_error(const std::string& local_e
   return lowest_failing(mpi_comm(), rank(), size(), local_error);
 }
 
+namespace {
+// An exception that agree_on_exception threw on every rank of a communicator: its message names
+// the failing rank already. Agreed on again over the same communicator (run_together inside
+// run_together), where every rank now holds it, it keeps its message instead of gaining a second
+// "rank R: " that names rank 0.
+struct AgreedMark {
+  char kind;
+  const Communicator* by;
+};
+template <class E>
+struct AgreedError : E, AgreedMark {
+  AgreedError(const std::string& message, char k, const Communicator* c) : E(message), AgreedMark{k, c} {}
+};
+[[noreturn]] void throw_agreed(char kind, const std::string& message, const Communicator* by) {
+  switch (kind) {
+    case 'C':
+      throw AgreedError<ConfigError>(message, kind, by);
+    case 'S':
+      throw AgreedError<ShapeError>(message, kind, by);
+    case 'N':
+      throw AgreedError<NonFiniteError>(message, kind, by);
+    case 'T':
+      throw AgreedError<StateError>(message, kind, by);
+    default:
+      throw AgreedError<Error>(message, 'E', by);
+  }
+}
+}  // namespace
+
 void Communicator::agree_on_exception(std::exception_ptr local) const {
   Impl::ScopedRegion region("koptim::comm::Communicator::agree_on_exception");
-  // The message travels with one leading character naming its koptim type.
+  // The message travels with one leading character naming its koptim type (lower case: agreed on
+  // before, its message names its rank).
   std::string local_error;
   if (local) {
     try {
       std::rethrow_exception(local);
-    } catch (const ConfigError& e) {
-      local_error = std::string("C") + e.what();
-    } catch (const ShapeError& e) {
-      local_error = std::string("S") + e.what();
-    } catch (const NonFiniteError& e) {
-      local_error = std::string("N") + e.what();
-    } catch (const StateError& e) {
-      local_error = std::string("T") + e.what();
     } catch (const std::exception& e) {
-      local_error = std::string("E") + e.what();
+      char kind     = 'E';
+      const auto* a = dynamic_cast<const AgreedMark*>(&e);
+      if (a && a->by == this)
+        kind = static_cast<char>(a->kind - 'A' + 'a');
+      else if (a)
+        kind = a->kind;
+      else if (dynamic_cast<const ConfigError*>(&e))
+        kind = 'C';
+      else if (dynamic_cast<const ShapeError*>(&e))
+        kind = 'S';
+      else if (dynamic_cast<const NonFiniteError*>(&e))
+        kind = 'N';
+      else if (dynamic_cast<const StateError*>(&e))
+        kind = 'T';
+      local_error = std::string(1, kind) + e.what();
     } catch (...) {
       local_error = "Eunknown exception";
     }
   }
   const auto failed = lowest_failing(mpi_comm(), rank(), size(), local_error);
   if (failed.first < 0) return;
+  const char kind   = failed.second[0];
+  const bool agreed = kind >= 'a' && kind <= 'z';
   const std::string message =
-      (size() > 1 ? "rank " + std::to_string(failed.first) + ": " : std::string()) + failed.second.substr(1);
-  switch (failed.second[0]) {
-    case 'C':
-      throw ConfigError(message);
-    case 'S':
-      throw ShapeError(message);
-    case 'N':
-      throw NonFiniteError(message);
-    case 'T':
-      throw StateError(message);
-    default:
-      throw Error(message);
-  }
+      (size() > 1 && !agreed ? "rank " + std::to_string(failed.first) + ": " : std::string()) + failed.second.substr(1);
+  throw_agreed(agreed ? static_cast<char>(kind - 'a' + 'A') : kind, message, this);
 }
 
 namespace {

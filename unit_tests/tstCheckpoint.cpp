@@ -218,6 +218,9 @@ TEST(Checkpoint, LargeTensorsRoundTrip) {
 // node of chunked raw data: size and filter mask, 4 bytes each, then one 8-byte offset per
 // dimension plus one, then the address of the chunk).
 TEST(Checkpoint, ADamagedChunkIndexIsRefused) {
+#if !H5_VERSION_GE(1, 10, 5)
+  GTEST_SKIP() << "HDF5 before 1.10.5 has no H5Dget_chunk_info: koptim cannot check chunk indexes there";
+#else
   Kokkos::View<float**> w("w", 700, 700), g("g", 700, 700);
   Kokkos::View<double*> v("v", 300000), gv("gv", 300000);
   koptim::ParameterSet ps;
@@ -255,6 +258,7 @@ TEST(Checkpoint, ADamagedChunkIndexIsRefused) {
     H5Fclose(f);
   }
   ASSERT_GE(n, 2u) << "the value should have several chunks";
+  ASSERT_GT(at[1][0], 0u) << "the chunks should split the rows";
   const std::string bytes       = read_all(path);
   std::size_t key               = std::string::npos;
   constexpr std::size_t offsets = 8, pointer = 8 + 3 * 8;  // a 2-d dataset's key: 3 offsets
@@ -287,6 +291,7 @@ TEST(Checkpoint, ADamagedChunkIndexIsRefused) {
                  {"/parameters/w/state/exp_avg", damage.second, "the file is damaged"});
     EXPECT_TRUE(state == opt->export_state()) << "the optimizer's state changed";
   }
+#endif
 }
 
 // An optimizer with a communicator of its own saves and loads over it: the options may name that
@@ -667,17 +672,30 @@ TEST(Checkpoint, AFailedSaveLeavesThePreviousFile) {
   // memory, its copy from the device; or its collective write's error, a full disk on its node)
   // fails the save on every rank, which close the file together, instead of leaving the others
   // waiting in a collective call.
+  // In a write: the first of a rank's several collective calls for its share of w2's values (a
+  // share that does not start and end at a row), which the other ranks make too.
   for (const bool in_write : {false, true})
     for (const bool one_rank : {false, true}) {
       SCOPED_TRACE(std::string(one_rank ? "failure on the last rank only" : "failure on every rank") +
                    (in_write ? ", in a write" : ", before a write"));
       if (!one_rank || world()->rank() == world()->size() - 1) {
         if (in_write)
-          koptim::io::Impl::inject_save_write_failure_after(3);
+          koptim::io::Impl::inject_save_write_failure_after(3);  // /parameter_list, enc/w1, b1, w2
         else
           koptim::io::Impl::inject_save_failure_after(3);
       }
-      expect_error([&] { koptim::io::save_checkpoint(path, *opt, save_options()); }, {"injected failure"});
+      // Named once, by the failing rank ("rank 1: ..."), not again by an outer agreement
+      // ("rank 0: rank 1: ...").
+      const std::string failing =
+          world()->size() > 1 ? "rank " + std::to_string(one_rank ? world()->size() - 1 : 0) + ": " : "";
+      try {
+        koptim::io::save_checkpoint(path, *opt, save_options());
+        ADD_FAILURE() << "no exception";
+      } catch (const koptim::Error& e) {
+        const std::string m = e.what();
+        EXPECT_EQ(m.rfind(failing + "koptim::io::save_checkpoint", 0), 0u) << m;
+        EXPECT_NE(m.find("injected failure"), std::string::npos) << m;
+      }
       MPI_Barrier(world()->mpi_comm());
       EXPECT_EQ(temporary_files(path), std::vector<std::string>{}) << "a temporary file was left behind";
       CheckpointModel b;

@@ -507,15 +507,20 @@ void check_chunks(hid_t d, const std::string& what) {
 }
 
 // Reads or writes the elements [offset, offset + count) of a dataset in `calls` transfers
-// (collective writes need the same number on every rank; the extra ones select nothing).
+// (collective writes need the same number on every rank; the extra ones select nothing). A write
+// that fails on this rank (a full disk on its node) does not end the loop: the other ranks are in
+// the next collective call, so this rank makes its calls too and throws after the last.
+// fail_first (a test hook) takes the first write for a failed one, after it is made.
 void transfer(bool write, hid_t d, ScalarType dtype, const std::vector<std::int64_t>& shape, unsigned char* data,
-              std::int64_t offset, std::int64_t count, std::size_t calls, hid_t xfer, const std::string& what) {
+              std::int64_t offset, std::int64_t count, std::size_t calls, hid_t xfer, const std::string& what,
+              bool fail_first = false) {
   if (!write) check_chunks(d, what);
   const auto slabs       = transfers_of(shape, offset, count);
   const std::size_t size = size_of(dtype);
   unsigned char dummy    = 0;
   hsize_t done           = 0;
-  calls                  = std::max(calls, slabs.size());
+  std::string failed;  // a write's error, thrown after the last call
+  calls = std::max(calls, slabs.size());
   for (std::size_t i = 0; i < calls; ++i) {
     herr_t r;
     if (i < slabs.size() && slabs[i].start.empty()) {
@@ -542,9 +547,20 @@ void transfer(bool write, hid_t d, ScalarType dtype, const std::vector<std::int6
       }
       r = write ? H5Dwrite(d, memory_type(dtype), ms, fs, xfer, at) : H5Dread(d, memory_type(dtype), ms, fs, xfer, at);
     }
-    ok(r, std::string(write ? "cannot write " : "cannot read ") + what +
-              (write ? "" : " (a failed Fletcher32 checksum means the file is corrupted)"));
+    if (write && i == 0 && fail_first) {
+      failed = what + ": injected failure in its first write (test hook)";
+      continue;
+    }
+    if (write && r < 0) {
+      if (failed.empty()) {
+        const std::string m = hdf5_message();
+        failed              = what + ": cannot write it" + (m.empty() ? "" : " (HDF5: " + m + ")");
+      }
+      continue;
+    }
+    ok(r, "cannot read " + what + " (a failed Fletcher32 checksum means the file is corrupted)");
   }
+  if (!failed.empty()) throw Error(failed);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -888,7 +904,7 @@ bool write_shared(const Ranks& r, hid_t d, const Entry& e, const std::map<std::s
   });
   MPI_Scatterv(from, counts.data(), displs.data(), MPI_BYTE, mine.data(), counts[static_cast<std::size_t>(r.rank())],
                MPI_BYTE, owner, r.comm->mpi_comm());
-  write([&] { transfer(true, d, e.dtype, e.shape, mine.data(), lo, hi - lo, calls, xfer, what); });
+  write([&](bool fail) { transfer(true, d, e.dtype, e.shape, mine.data(), lo, hi - lo, calls, xfer, what, fail); });
   return true;
 }
 
@@ -1177,12 +1193,8 @@ void save_checkpoint(const std::string& path, const Optimizer& opt, const SaveOp
   injected_write_failure  = -1;
   int writes              = 0;
   auto write              = [&](const auto& transfer_call) {
-    r.together([&] {
-      transfer_call();
-      if (write_failure_after >= 0 && writes++ == write_failure_after)
-        throw Error(where + "injected failure in the write of dataset " + std::to_string(write_failure_after) +
-                                 " (test hook)");
-    });
+    const bool fail = write_failure_after >= 0 && writes++ == write_failure_after;
+    r.together([&] { transfer_call(fail); });
   };
   try {
     r.together([&] {
@@ -1230,8 +1242,10 @@ void save_checkpoint(const std::string& path, const Optimizer& opt, const SaveOp
                     where + "cannot create dataset /parameter_list"),
                  H5Dclose);
         const std::string padded = xml.empty() ? std::string(1, '\0') : xml;
-        write(
-            [&] { ok(H5Dwrite(d, t, H5S_ALL, H5S_ALL, xfer, padded.data()), where + "cannot write /parameter_list"); });
+        write([&](bool fail) {
+          ok(H5Dwrite(d, t, H5S_ALL, H5S_ALL, xfer, padded.data()), where + "cannot write /parameter_list");
+          if (fail) throw Error(where + "/parameter_list: injected failure in its first write (test hook)");
+        });
       }
       {
         Handle meta = group_create(file, "metadata", "/metadata");
@@ -1284,8 +1298,9 @@ void save_checkpoint(const std::string& path, const Optimizer& opt, const SaveOp
           count_dataset();
           bytes = const_cast<unsigned char*>(parameter_bytes(p.param, lo, hi - lo, copy));
         });
-        write([&] {
-          transfer(true, d, p.param.dtype, p.param.shape, bytes, lo, hi - lo, calls, xfer, where + gname + "/value");
+        write([&](bool fail) {
+          transfer(true, d, p.param.dtype, p.param.shape, bytes, lo, hi - lo, calls, xfer, where + gname + "/value",
+                   fail);
         });
       }
 
@@ -1321,9 +1336,9 @@ void save_checkpoint(const std::string& path, const Optimizer& opt, const SaveOp
           count_dataset();
           if (mine) data = const_cast<unsigned char*>(state.tensors.at(kv.first).bytes());
         });
-        write([&] {
+        write([&](bool fail) {
           transfer(true, d, e.dtype, e.shape, data, mine ? mine->offset : 0, mine ? mine->count : 0, calls, xfer,
-                   where + dname);
+                   where + dname, fail);
         });
       }
       groups.clear();

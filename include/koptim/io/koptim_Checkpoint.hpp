@@ -124,9 +124,10 @@ namespace Impl {
 // every rank: as a disk error would; on one: as that rank's memory would); negative: never. Reset
 // after it fires.
 void inject_save_failure_after(int datasets);
-// Test hook: the next save on the calling rank fails in the collective write of dataset
-// `datasets` (0 the first; /parameter_list is one), after the others wrote theirs, as a full disk
-// would on one node; negative: never. Reset after it fires.
+// Test hook: the next save on the calling rank fails in the first of its collective write calls
+// of dataset `datasets` (0 the first; /parameter_list is one), as a full disk would on one node
+// (a rank's share of a dataset may take several calls, which the other ranks make too); negative:
+// never. Reset after it fires.
 void inject_save_write_failure_after(int datasets);
 }  // namespace Impl
 

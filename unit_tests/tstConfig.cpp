@@ -409,6 +409,10 @@ TEST(Config, YamlRefusesWhatItsReaderWouldReadOtherwise) {
   // A subnormal keeps fewer digits than written: 3e-324 was read as 4.9e-324.
   expect_contains(read_error(y, a + "  eps: 3e-324\n"), {"key 'eps'", "too small for a double to hold as written"});
   expect_contains(read_error(y, a + "  betas: [0.5, 1e-310]\n"), {"key 'betas'", "entry 2", "too small"});
+  expect_contains(read_error(y, a + "  eps: 1e-320\n"), {"key 'eps'", "too small for a double to hold as written"});
+  // A subnormal as a double prints it (17 digits; a list built in code and printed, a checkpoint's
+  // configuration) is what was written: read.
+  EXPECT_EQ(read_error(y, a + "  eps: 9.99988867182683005e-321\n"), "");
 }
 
 // A <Parameter> holds nothing: an element or text inside one (a '/>' written as '>') was dropped.

@@ -96,10 +96,18 @@ bool parse_real(const std::string& t, double& out, std::string& why) {
     why = "too small for a double (it would be read as 0)";
     return false;
   }
-  // A subnormal keeps fewer digits than the value has (3e-324 is read as 4.9e-324).
+  // A subnormal keeps fewer digits than the value has (3e-324 is read as 4.9e-324): refused
+  // unless it holds the written value to a double's precision, as one a double printed does (a
+  // list built in code and printed, a checkpoint's configuration). Measured against the text read
+  // as a long double, whose range holds these values as normal numbers where it is wider than
+  // double (x86); where it is double itself, every subnormal passes.
   if (out != 0.0 && std::fabs(out) < std::numeric_limits<double>::min()) {
-    why = "too small for a double to hold as written (below 2.2250738585072014e-308 it keeps fewer digits)";
-    return false;
+    const long double written = std::strtold(t.c_str(), nullptr);
+    if (std::fabs(static_cast<long double>(out) - written) >
+        std::fabs(written) * static_cast<long double>(std::numeric_limits<double>::epsilon())) {
+      why = "too small for a double to hold as written (below 2.2250738585072014e-308 it keeps fewer digits)";
+      return false;
+    }
   }
   return true;
 }

@@ -75,8 +75,10 @@ int main(int argc, char** argv) {
     for (std::size_t i = 1; i < args.size(); ++i) {
       if (!kokkos_unprefixed(args[i])) continue;
       if (rank == 0)
-        std::fprintf(stderr, "%s: %s: give Kokkos' options as --kokkos-%s (this Kokkos removes the ones it reads)\n",
-                     argv[0], args[i], args[i] + 2);
+        std::fprintf(stderr,
+                     "%s: %s: give Kokkos' options with their --kokkos- prefix, as this Kokkos names them "
+                     "(--kokkos-help lists them; it removes the ones it reads)\n",
+                     argv[0], args[i]);
       refused = 1;
     }
     const std::string flags = refused_benchmark_flags(args);

@@ -854,6 +854,10 @@ class Trainer {
       expect("seed", static_cast<std::int64_t>(settings_.seed));
       expect("batch", settings_.batch);
       expect("shards", settings_.shards);
+      if (!m.integers.count("eval_every") || !m.strings.count("data"))
+        throw UsageError("the checkpoint '" + path +
+                         "' holds no evaluation interval or data hash: it was written by an earlier version of the "
+                         "koptim examples, which cannot be continued exactly by this one");
       expect("eval_every", settings_.eval_every);  // the curve's spacing
       const auto data        = m.strings.find("data");
       const std::string mine = data_hash(data_);

@@ -51,3 +51,20 @@ function(koptim_mpi_command out n target)
   set(${out} ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${n} ${KOPTIM_MPIEXEC_EXTRA_FLAGS} ${MPIEXEC_PREFLAGS}
              $<TARGET_FILE:${target}> ${MPIEXEC_POSTFLAGS} PARENT_SCOPE)
 endfunction()
+
+# koptim_add_usage_error_tests(<name prefix> <program> "<args>@@<message>"...)
+# One test per case: <program> run with <args> (separated by '|') exits with status 2 and prints
+# <message> (a regular expression). The cases are read one argument each (ARGV<n>), not as a
+# list, whose splitting would treat a '[' of a message as a bracket.
+function(koptim_add_usage_error_tests prefix program)
+  math(EXPR _last "${ARGC} - 1")
+  foreach(_i RANGE 2 ${_last})
+    string(REPLACE "@@" ";" _parts "${ARGV${_i}}")
+    list(GET _parts 0 _args)
+    list(GET _parts 1 _message)
+    string(MAKE_C_IDENTIFIER "${_args}" _id)
+    add_test(NAME ${prefix}${_id}
+             COMMAND ${CMAKE_COMMAND} "-DCOMMAND=${program}|${_args}" -DRC=2 "-DEXPECT=${_message}"
+                     -P ${PROJECT_SOURCE_DIR}/cmake/koptimCheckCommand.cmake)
+  endforeach()
+endfunction()

@@ -186,24 +186,31 @@ void fill_large(const Kokkos::View<float**>& w, const Kokkos::View<float**>& g, 
   Kokkos::fence();
 }
 
+// Two tensors of several chunks each (a float matrix and a double vector) and an AdamW list.
+struct LargeModel {
+  Kokkos::View<float**> w{"w", 700, 700}, g{"g", 700, 700};
+  Kokkos::View<double*> v{"v", 300000}, gv{"gv", 300000};
+  koptim::ParameterSet ps;
+  Teuchos::ParameterList l{"koptim"};
+  LargeModel() {
+    ps.add("w", w, g);
+    ps.add("v", v, gv);
+    fill_large(w, g, v, gv);
+    l.set("optimizer", std::string("AdamW"));
+    l.set("lr", 0.01);
+  }
+};
+
 // Tensors of several chunks that one rank holds are scattered and written by every rank: the
 // round trip must still be exact (at 2 ranks this takes the shared-writing path).
 TEST(Checkpoint, LargeTensorsRoundTrip) {
-  Kokkos::View<float**> w("w", 700, 700), g("g", 700, 700);
-  Kokkos::View<double*> v("v", 300000), gv("gv", 300000);
-  koptim::ParameterSet ps;
-  ps.add("w", w, g);
-  ps.add("v", v, gv);
-  fill_large(w, g, v, gv);
-  Teuchos::ParameterList l("koptim");
-  l.set("optimizer", std::string("AdamW"));
-  l.set("lr", 0.01);
-  auto opt = koptim::create(ps, l, world());
+  LargeModel m;
+  auto opt = koptim::create(m.ps, m.l, world());
   opt->step();
   opt->step();
   const std::string path = file("large");
   koptim::io::save_checkpoint(path, *opt, save_options());
-  auto fresh                 = koptim::create(ps, l, world());
+  auto fresh                 = koptim::create(m.ps, m.l, world());
   koptim::io::LoadOptions lo = load_options();
   lo.load_parameters         = false;
   koptim::io::load_checkpoint(path, *fresh, lo);
@@ -221,20 +228,12 @@ TEST(Checkpoint, ADamagedChunkIndexIsRefused) {
 #if !H5_VERSION_GE(1, 10, 5)
   GTEST_SKIP() << "HDF5 before 1.10.5 has no H5Dget_chunk_info: koptim cannot check chunk indexes there";
 #else
-  Kokkos::View<float**> w("w", 700, 700), g("g", 700, 700);
-  Kokkos::View<double*> v("v", 300000), gv("gv", 300000);
-  koptim::ParameterSet ps;
-  ps.add("w", w, g);
-  ps.add("v", v, gv);
-  fill_large(w, g, v, gv);
-  Teuchos::ParameterList l("koptim");
-  l.set("optimizer", std::string("AdamW"));
-  l.set("lr", 0.01);
-  auto saved = koptim::create(ps, l, world());
+  LargeModel m;
+  auto saved = koptim::create(m.ps, m.l, world());
   saved->step();
   const std::string path = file("chunk_index");
   koptim::io::save_checkpoint(path, *saved, save_options());
-  auto opt = koptim::create(ps, l, world());
+  auto opt = koptim::create(m.ps, m.l, world());
   opt->step();
   opt->step();
 

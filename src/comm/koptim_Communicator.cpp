@@ -300,25 +300,24 @@ namespace {
 // run_together), where every rank now holds it, it keeps its message instead of gaining a second
 // "rank R: " that names rank 0.
 struct AgreedMark {
-  char kind;
   const Communicator* by;
 };
 template <class E>
 struct AgreedError : E, AgreedMark {
-  AgreedError(const std::string& message, char k, const Communicator* c) : E(message), AgreedMark{k, c} {}
+  AgreedError(const std::string& message, const Communicator* c) : E(message), AgreedMark{c} {}
 };
 [[noreturn]] void throw_agreed(char kind, const std::string& message, const Communicator* by) {
   switch (kind) {
     case 'C':
-      throw AgreedError<ConfigError>(message, kind, by);
+      throw AgreedError<ConfigError>(message, by);
     case 'S':
-      throw AgreedError<ShapeError>(message, kind, by);
+      throw AgreedError<ShapeError>(message, by);
     case 'N':
-      throw AgreedError<NonFiniteError>(message, kind, by);
+      throw AgreedError<NonFiniteError>(message, by);
     case 'T':
-      throw AgreedError<StateError>(message, kind, by);
+      throw AgreedError<StateError>(message, by);
     default:
-      throw AgreedError<Error>(message, 'E', by);
+      throw AgreedError<Error>(message, by);
   }
 }
 }  // namespace
@@ -332,13 +331,8 @@ void Communicator::agree_on_exception(std::exception_ptr local) const {
     try {
       std::rethrow_exception(local);
     } catch (const std::exception& e) {
-      char kind     = 'E';
-      const auto* a = dynamic_cast<const AgreedMark*>(&e);
-      if (a && a->by == this)
-        kind = static_cast<char>(a->kind - 'A' + 'a');
-      else if (a)
-        kind = a->kind;
-      else if (dynamic_cast<const ConfigError*>(&e))
+      char kind = 'E';
+      if (dynamic_cast<const ConfigError*>(&e))
         kind = 'C';
       else if (dynamic_cast<const ShapeError*>(&e))
         kind = 'S';
@@ -346,6 +340,8 @@ void Communicator::agree_on_exception(std::exception_ptr local) const {
         kind = 'N';
       else if (dynamic_cast<const StateError*>(&e))
         kind = 'T';
+      const auto* a = dynamic_cast<const AgreedMark*>(&e);
+      if (a && a->by == this) kind = static_cast<char>(kind - 'A' + 'a');
       local_error = std::string(1, kind) + e.what();
     } catch (...) {
       local_error = "Eunknown exception";

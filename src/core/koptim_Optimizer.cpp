@@ -283,10 +283,15 @@ bool Optimizer::check_gradients(const ExecutionSpace& exec) {
 // gradient refused on one rank (its own copy of the gradients, not averaged) throws the same
 // NonFiniteError on every rank, or skips the step on every rank, instead of leaving the others in
 // the step's collectives. One host collective per step, only where gradients are checked.
-bool Optimizer::checked_on_every_rank(const ExecutionSpace& exec) {
+const comm::Communicator* Optimizer::check_agreement() const {
   const comm::Communicator* comm = step_communicator();
-  if (!comm || comm->size() == 1 || common_.nonfinite_gradient == NonFiniteGradient::unchecked)
-    return check_gradients(exec);
+  if (!comm || comm->size() == 1 || common_.nonfinite_gradient == NonFiniteGradient::unchecked) return nullptr;
+  return comm;
+}
+
+bool Optimizer::checked_on_every_rank(const ExecutionSpace& exec) {
+  const comm::Communicator* comm = check_agreement();
+  if (!comm) return check_gradients(exec);
   // Any other error of the check ('x': its first allocation, a Kokkos error) is agreed on too.
   Impl::Refusal mine;
   try {
@@ -327,10 +332,7 @@ void Optimizer::interrupting_on_throw(F&& f, Call&& call, const bool& armed) {
 void Optimizer::step(const ExecutionSpace& exec) {
   Impl::ScopedRegion region("koptim::" + name_ + "::step");
   // Refused at once where no rank waits for this one; else in the gradient check's agreement.
-  const comm::Communicator* agreeing = step_communicator();
-  if (!interrupted_.empty() &&
-      (!agreeing || agreeing->size() == 1 || common_.nonfinite_gradient == NonFiniteGradient::unchecked))
-    throw Error(refused_after_interruption("step"));
+  if (!interrupted_.empty() && !check_agreement()) throw Error(refused_after_interruption("step"));
   status_      = StepStatus();
   status_.step = step_;
   if (step_ >= max_step_count || skipped_ >= max_step_count) {

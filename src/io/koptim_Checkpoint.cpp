@@ -1170,12 +1170,12 @@ void save_checkpoint(const std::string& path, const Optimizer& opt, const SaveOp
   std::string tmp, id;
   r.together([&] {
     plan = plan_of(all_gather_bytes(r, manifest_of(state)));
-    tmp  = all_gather_bytes(r, path + ".tmp-" + save_tag())[0];
     static std::atomic<std::uint64_t> saves{0};
     const auto now = std::chrono::system_clock::now().time_since_epoch();
-    id             = all_gather_bytes(r, save_tag() + "-" +
-                                             std::to_string(std::chrono::duration_cast<std::chrono::nanoseconds>(now).count()) +
-                                             "-" + std::to_string(saves++))[0];
+    const auto tag = save_tag();
+    const auto ns  = std::chrono::duration_cast<std::chrono::nanoseconds>(now).count();
+    id             = all_gather_bytes(r, tag + "-" + std::to_string(ns) + "-" + std::to_string(saves++))[0];
+    tmp            = path + ".tmp-" + id.substr(0, tag.size());  // rank 0's tag (every rank's is as long)
   });
 
   // 2. The file, written collectively.

@@ -720,7 +720,7 @@ class Trainer {
  public:
   Trainer(const Dataset& data, Mlp& model, const Teuchos::ParameterList& config, const TrainSettings& settings,
           std::shared_ptr<koptim::comm::Communicator> comm = nullptr)
-      : data_(data), model_(model), settings_(settings), comm_(std::move(comm)) {
+      : data_(data), data_hash_(data_hash(data)), model_(model), settings_(settings), comm_(std::move(comm)) {
     ranks_ = comm_ ? comm_->size() : 1;
     rank_  = comm_ ? comm_->rank() : 0;
     if (settings_.shards == 0) settings_.shards = ranks_;
@@ -816,7 +816,7 @@ class Trainer {
     o.metadata.integers["shards"]      = settings_.shards;
     o.metadata.integers["batch"]       = settings_.batch;
     o.metadata.integers["eval_every"]  = settings_.eval_every;
-    o.metadata.strings["data"]         = data_hash(data_);
+    o.metadata.strings["data"]         = data_hash_;
     o.metadata.integers["steps_timed"] = steps_timed_;
     o.metadata.integers["step"]        = optimizer_->step_count();
     o.metadata.reals["wall_s"]         = wall_s;
@@ -859,12 +859,9 @@ class Trainer {
                          "' holds no evaluation interval or data hash: it was written by an earlier version of the "
                          "koptim examples, which cannot be continued exactly by this one");
       expect("eval_every", settings_.eval_every);  // the curve's spacing
-      const auto data        = m.strings.find("data");
-      const std::string mine = data_hash(data_);
-      if (data == m.strings.end() || data->second != mine)
+      if (m.strings.at("data") != data_hash_)
         throw UsageError("the checkpoint '" + path + "' was written on another data set (values hash " +
-                         (data == m.strings.end() ? std::string("(none)") : data->second) + ", this run's " + mine +
-                         ")");
+                         m.strings.at("data") + ", this run's " + data_hash_ + ")");
       if (!m.reals.count("wall_s") || !m.integers.count("steps_timed"))
         throw UsageError("the checkpoint '" + path + "' was not written by a koptim example");
       curve           = parse_curve(curve_from_metadata(m, path));
@@ -936,6 +933,7 @@ class Trainer {
 
  private:
   const Dataset& data_;
+  std::string data_hash_;  // of data_'s values, saved with a checkpoint and compared on restart
   Mlp& model_;
   TrainSettings settings_;
   std::shared_ptr<koptim::comm::Communicator> comm_;

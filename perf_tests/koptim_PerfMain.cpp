@@ -17,8 +17,8 @@
 
 namespace {
 // The names Kokkos 3 read without the --kokkos- prefix (and left in argv), and Kokkos 4 reads in
-// part: an argument the program does not take is refused, with the prefixed form named (which
-// Kokkos removes from argv when it knows it, so that one it does not know is refused too).
+// part: refused, pointing at the prefixed forms (which Kokkos removes from argv when it knows
+// them, so that one it does not know is refused as unrecognized too).
 bool kokkos_unprefixed(const std::string& a) {
   for (const char* name : {"--disable-warnings", "--tune-internals", "--threads", "--num-threads", "--numa", "--device",
                            "--device-id", "--ndevices", "--num-devices", "--map-device-id-by", "--tools-library",

@@ -1042,19 +1042,11 @@ TEST(Gefen, ZeroGradientsAreHarmless) {
 TEST(Gefen, ElementsWithoutGradientsStayPut) {
   for (const auto& config : std::vector<std::map<std::string, std::string>>{
            {}, {{"force_p1", "true"}}, {{"force_p1", "true"}, {"p1_second_moment", "full"}}}) {
-    for (const double eps : {1e-8, 1e-50}) {
+    for (const char* eps : {"1e-8", "1e-50"}) {
       Model m;
-      Teuchos::ParameterList l;
-      l.set("optimizer", std::string("Gefen"));
-      l.set("lr", 1e-3);
-      l.set("weight_decay", 0.0);
-      l.set("eps", eps);
-      for (const auto& kv : config)
-        if (kv.first == "force_p1")
-          l.set(kv.first, true);
-        else
-          l.set(kv.first, kv.second);
-      auto opt     = koptim::create(m.params, l);
+      auto keys    = config;
+      keys["eps"]  = eps;
+      auto opt     = make(m.params, keys, 1e-3, 0.0);
       const auto w = m.weights();
       // Row 1 (in memory order) of every tensor: element 1 of b1, a row of the factored ones.
       auto dead = [](const std::vector<std::int64_t>& shape, std::int64_t i) { return i / Model::row_len(shape) == 1; };

@@ -913,6 +913,27 @@ TEST(Gefen, ForceP1RefusesAStateWithSharedSecondMoments) {
   EXPECT_TRUE(forced->export_state() == other->export_state());
 }
 
+// A p = 1 tensor's second moment is factored or full by p1_second_moment: a state written with the
+// other setting is refused with a message that names the option.
+TEST(Gefen, ImportNamesTheOtherP1SecondMoment) {
+  for (const std::string written : {"factored", "full"}) {
+    const std::string wanted = written == "factored" ? "full" : "factored";
+    Model m;
+    auto opt = make(m.params, {{"force_p1", "true"}, {"p1_second_moment", written}});
+    m.gradients(1);
+    opt->step();
+    const auto state = opt->export_state();
+    Model n;
+    auto other        = make(n.params, {{"force_p1", "true"}, {"p1_second_moment", wanted}});
+    const auto before = other->export_state();
+    koptim_test::expect_error<koptim::StateError>(
+        [&] { other->import_state(state); },
+        {"no tensor 'w1/exp_avg_sq", "(it holds 'w1/exp_avg_sq",
+         "the state was written with p1_second_moment = " + written + "; this Gefen has p1_second_moment = " + wanted});
+    EXPECT_TRUE(other->export_state() == before);
+  }
+}
+
 TEST(Gefen, ImportRejectsWhatDoesNotFitAndChangesNothing) {
   Model m;
   auto opt = make(m.params, {});

@@ -1305,6 +1305,19 @@ Optimizer::StateKeys Gefen::check_entries(const OptimizerState& state) const {
                  "; a state saved by another rank or number of ranks?)";
   }
   std::map<std::string, Expected> expected;
+  // A p = 1 tensor's second moment is factored or full by p1_second_moment: a state that holds the
+  // other form was written with the other setting, which the message names.
+  auto missing_hint = [&](const std::string& key, const Expected& e) -> std::string {
+    const std::string slot = key.substr(std::min(key.size(), e.parameter.size()));
+    if (e.parameter.empty() || (slot != "/exp_avg_sq" && slot != "/exp_avg_sq_row" && slot != "/exp_avg_sq_col"))
+      return "";
+    const bool has_full     = state.tensors.count(e.parameter + "/exp_avg_sq") != 0;
+    const bool has_factored = state.tensors.count(e.parameter + "/exp_avg_sq_row") != 0;
+    if (has_full == has_factored) return "";
+    return std::string(" (it holds '") + e.parameter + (has_full ? "/exp_avg_sq'" : "/exp_avg_sq_row'") +
+           ": the state was written with p1_second_moment = " + (has_full ? "full" : "factored") +
+           "; this Gefen has p1_second_moment = " + to_string(options_.p1_second_moment) + ")";
+  };
   const auto& ps = parameters();
   if (init) {
     expected["codebook"] = {ScalarType::float32, {codebook_size}, Expected::codebook};
@@ -1345,7 +1358,8 @@ Optimizer::StateKeys Gefen::check_entries(const OptimizerState& state) const {
   for (const auto& e : expected) {
     const std::string& key = e.first;
     auto tit               = state.tensors.find(key);
-    if (tit == state.tensors.end()) fail("the state has no tensor '" + key + "'" + shard_hint);
+    if (tit == state.tensors.end())
+      fail("the state has no tensor '" + key + "'" + missing_hint(key, e.second) + shard_hint);
     held.tensors.insert(key);
     const StateTensor& t = tit->second;
     if (t.dtype != e.second.dtype)

@@ -396,6 +396,19 @@ TEST(Config, YamlRefusesWhatItsReaderWouldReadOtherwise) {
   EXPECT_EQ(opt->weight_decay(), 3e9);
   EXPECT_EQ(opt->common_options().nonfinite_gradient, koptim::NonFiniteGradient::skip_step);
   EXPECT_EQ(opt->common_options().lr_schedule.decay(), koptim::LRSchedule::Decay::cosine);
+  // A literal block scalar keeps its line break, and a CRLF file's value its CR: the message shows
+  // them escaped, not as an invisible character after a value that looks allowed.
+  auto create_error = [&](const std::string& text) {
+    EXPECT_EQ(read_error(y, text), "");
+    std::ofstream(y, std::ios::binary) << text;
+    const auto list = koptim::read_parameter_list(y);
+    std::remove(y.c_str());
+    return config_error(*list);
+  };
+  expect_contains(create_error(a + "  lr_schedule:\n    type: |\n      cosine\n    total_steps: 10\n"),
+                  {"key 'type' in list 'lr_schedule' = 'cosine\\n' (string): not a known value"});
+  expect_contains(create_error("koptim:\r\n  optimizer: AdamW\r\n  nonfinite_gradient: |\r\n    skip_step\r\n"),
+                  {"= '\\nskip_step\\n' (string)"});
   // A flow array of integers where reals are expected.
   EXPECT_EQ(read_error(y, a + "  betas: [0, 0]\n"), "");
   // A flow sequence over two lines (Teuchos' reader does not take it either).

@@ -25,6 +25,31 @@ Teuchos::Array<double> as_reals(const Teuchos::any& a) {
 
 std::string entry_value_string(const Teuchos::ParameterEntry& entry) {
   if (entry.isType<bool>()) return Teuchos::getValue<bool>(entry) ? "true" : "false";
+  if (entry.isType<std::string>()) {
+    // A string with control characters (a line break or CR from a block scalar or a CRLF file) or
+    // with surrounding spaces is shown quoted, its control characters escaped: printed raw, they
+    // would make the value look like a known one.
+    const auto& v = Teuchos::getValue<std::string>(entry);
+    bool plain    = !v.empty() && v.front() != ' ' && v.back() != ' ';
+    for (unsigned char c : v) plain = plain && c >= 0x20 && c != 0x7f;
+    if (plain) return v;
+    std::string q = "'";
+    for (unsigned char c : v) {
+      if (c == '\n') {
+        q += "\\n";
+      } else if (c == '\r') {
+        q += "\\r";
+      } else if (c == '\t') {
+        q += "\\t";
+      } else if (c < 0x20 || c == 0x7f) {
+        const char* hex = "0123456789abcdef";
+        q += std::string("\\x") + hex[c >> 4] + hex[c & 15];
+      } else {
+        q += static_cast<char>(c);
+      }
+    }
+    return q + "'";
+  }
   if (entry.isType<double>()) return real_string(Teuchos::getValue<double>(entry));
   if (entry.isType<Teuchos::Array<double>>()) {
     std::string s = "{";

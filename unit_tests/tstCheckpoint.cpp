@@ -424,6 +424,18 @@ TEST(Checkpoint, RefusesBadFilesAndChangesNothing) {
   const std::string corrupted = file("corrupted");
   write_all(corrupted, flipped);
   expect_refused(corrupted, *opt, m, {"/parameters/b1/value", "Fletcher32"});
+  // ... and in a state tensor's (b1's first moment, float32 as the optimizer holds it).
+  const auto saved_state = saved->export_state();
+  const auto& moment     = saved_state.tensors.at("b1/exp_avg").data;
+  const std::string moment_bytes(reinterpret_cast<const char*>(moment.data()), moment.size());
+  const auto moment_at = bytes.find(moment_bytes);
+  ASSERT_NE(moment_at, std::string::npos);
+  ASSERT_EQ(bytes.find(moment_bytes, moment_at + 1), std::string::npos);
+  std::string flipped_state = bytes;
+  flipped_state[moment_at + 9] ^= 0x01;
+  const std::string corrupted_state = file("corrupted_state");
+  write_all(corrupted_state, flipped_state);
+  expect_refused(corrupted_state, *opt, m, {"/parameters/b1/state/exp_avg", "Fletcher32"});
 
   CheckpointModel s;
   auto sgd = make(s, "SGD", 2);
@@ -442,6 +454,9 @@ TEST(Checkpoint, RefusesBadFilesAndChangesNothing) {
       } else if (p.name == "scale" && what == "type") {
         Kokkos::View<float*> w("scale", 4), g("g", 4);
         ps.add("scale", w, g);
+      } else if (p.name == "w2" && what == "layout") {
+        Kokkos::View<float***, Kokkos::LayoutLeft> w("w2", 7, 5, 3), g("g", 7, 5, 3);
+        ps.add("w2", w, g);
       } else {
         ps.add_ref(p.name, p.param, p.grad, 0);
       }
@@ -451,7 +466,9 @@ TEST(Checkpoint, RefusesBadFilesAndChangesNothing) {
   for (const auto& c : std::vector<std::pair<std::string, std::string>>{
            {"name", "parameter 'b1', which this optimizer's ParameterSet does not have"},
            {"shape", "parameter 'w2' is float32 (7, 5, 3) LayoutRight in the checkpoint, float32 (7, 3, 5)"},
-           {"type", "parameter 'scale' is float64 (4,) LayoutRight in the checkpoint, float32 (4,)"}}) {
+           {"type", "parameter 'scale' is float64 (4,) LayoutRight in the checkpoint, float32 (4,)"},
+           {"layout",
+            "parameter 'w2' is float32 (7, 5, 3) LayoutRight in the checkpoint, float32 (7, 5, 3) LayoutLeft"}}) {
     auto set = other_set(c.first);
     auto o   = koptim::create(set.second, koptim_test::checkpoint_config("AdamW"), world());
     expect_refused<koptim::ShapeError>(good, *o, *set.first, {c.second});
@@ -532,6 +549,24 @@ TEST(Checkpoint, RefusesBadFilesAndChangesNothing) {
     unsigned_attribute(f, "optimizer", "step");
   });
   expect_refused(big_step, *opt, m, {"attribute 'step' of /optimizer = 9223372036854788153", "signed 64-bit"});
+
+  // A parameter of the optimizer's set that the file does not hold.
+  const std::string no_b1 =
+      edited("missing_parameter", [](hid_t f) { EXPECT_GE(H5Ldelete(f, "parameters/b1", H5P_DEFAULT), 0); });
+  expect_refused<koptim::ShapeError>(no_b1, *opt, m, {"this optimizer's parameter 'b1' is not in the checkpoint"});
+  // A scalar added to /optimizer: the state would hold an integer or a real AdamW does not read.
+  const std::string extra_integer = edited("extra_integer", [&](hid_t f) {
+    const std::int64_t v = 1;
+    scalar_attribute(f, "optimizer", "warmup_done", H5T_STD_I64LE, H5T_NATIVE_INT64, &v);
+  });
+  expect_refused<koptim::StateError>(extra_integer, *opt, m,
+                                     {"the state has integer 'warmup_done', which this optimizer does not hold"});
+  const std::string extra_real = edited("extra_real", [&](hid_t f) {
+    const double v = 0.5;
+    scalar_attribute(f, "optimizer", "momentum", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &v);
+  });
+  expect_refused<koptim::StateError>(extra_real, *opt, m,
+                                     {"the state has real 'momentum', which this optimizer does not hold"});
 
   // Floating-point layouts koptim never writes, which HDF5 would convert, rounding: a long double
   // (16 bytes here) in the metadata and in the state, a parameter stored as 4-byte floats with
@@ -703,6 +738,29 @@ TEST(Checkpoint, AFailedSaveLeavesThePreviousFile) {
       EXPECT_TRUE(state == fresh->export_state());
       EXPECT_TRUE(values == b.bytes());
     }
+}
+
+// A rename that fails (here: the path is a directory that holds a file) fails the save on every
+// rank with the reason, removes the temporary file and leaves what was at the path.
+TEST(Checkpoint, AFailedRenameFailsTheSaveOnEveryRank) {
+  CheckpointModel a;
+  auto opt               = make(a, "AdamW", 1);
+  const std::string path = file("rename_target_is_a_directory");
+  const std::string kept = path + "/kept";
+  if (world()->rank() == 0) {
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directory(path);
+    std::ofstream(kept) << "an earlier file";
+  }
+  MPI_Barrier(world()->mpi_comm());
+  const std::string failing = world()->size() > 1 ? "rank 0: " : "";
+  expect_error([&] { koptim::io::save_checkpoint(path, *opt, save_options()); },
+               {failing + "koptim::io::save_checkpoint", "cannot rename '" + path + ".tmp", "' to '" + path + "': "});
+  MPI_Barrier(world()->mpi_comm());
+  EXPECT_EQ(temporary_files(path), std::vector<std::string>{});
+  EXPECT_EQ(read_all(kept), "an earlier file");
+  MPI_Barrier(world()->mpi_comm());
+  if (world()->rank() == 0) std::filesystem::remove_all(path);
 }
 
 // Processes that save the same path without a communicator between them (a replicated optimizer

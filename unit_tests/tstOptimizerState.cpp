@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 namespace {
 
 using koptim_test::TestTensor;
@@ -150,6 +152,26 @@ TEST(StateImport, RejectsWhatDoesNotFitAndChangesNothing) {
   s.tensors["b/max_exp_avg_sq"].shape = {3};
   s.tensors["b/max_exp_avg_sq"].data.resize(24);
   expect_rejected(s, "'b/max_exp_avg_sq' has shape (3,)");
+}
+
+// SGD's first step sets its momentum buffer from the gradient without reading it (torch's buffer
+// is None until then): a state at step 0 holding a non-zero buffer, which that step would discard,
+// is refused; zeros at step 0 and any buffer after a step load.
+TEST(StateImport, SgdRefusesAMomentumBufferAtStepZero) {
+  Model m;
+  auto opt          = make(m.params, "SGD");
+  const auto fresh  = opt->export_state();
+  auto s            = fresh;
+  const double five = 5.0;
+  std::memcpy(s.tensors.at("b/momentum_buffer").data.data() + 8 * 3, &five, 8);
+  koptim_test::expect_error<koptim::StateError>(
+      [&] { opt->import_state(s); },
+      {"state tensor 'b/momentum_buffer' has value 5 at flat index 3 in a state at step 0", "allowed there: zeros"});
+  EXPECT_TRUE(opt->export_state() == fresh);
+  opt->import_state(fresh);
+  s.integers["step"] = 1;
+  opt->import_state(s);
+  EXPECT_TRUE(opt->export_state() == s);
 }
 
 // An integer or a real the optimizer does not hold is refused, not ignored (every optimizer).

@@ -54,6 +54,7 @@ SGD::SGD(ParameterSet params, CommonOptions common, SGDOptions options, std::sha
       options_(options) {
   // SGD never squares a gradient: only NaN and Inf are refused.
   refuse_overflowing_squares(false);
+  first_step_sets_slots();
   Impl::check_option_ranges("SGD", options_);
   if (options_.nesterov && (options_.momentum <= 0.0 || options_.dampening != 0.0)) {
     throw ConfigError("koptim::SGD: nesterov = true needs momentum > 0 and dampening = 0 (got momentum = " +

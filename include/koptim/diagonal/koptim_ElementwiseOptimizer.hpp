@@ -46,6 +46,10 @@ class ElementwiseOptimizer : public Optimizer {
                        const std::string& options_descriptor = "");
 
   const std::vector<Piece>& pieces() const { return pieces_; }
+  // The first step sets the slots without reading them (SGD's momentum buffer, torch's None
+  // before its first step): import_state then refuses a state at step 0 whose slots are not zero,
+  // which that step would discard.
+  void first_step_sets_slots() { first_step_sets_slots_ = true; }
   // The pieces of one scalar type and one parameter group, as one table (PieceArrays: W, G and
   // the slots' buffers of each piece, in the order of the slots): the update of a run is one
   // kernel, whatever its number of parameters.
@@ -82,6 +86,7 @@ class ElementwiseOptimizer : public Optimizer {
   std::vector<PieceRun<float>> runs_f32_;
   std::vector<PieceRun<double>> runs_f64_;
   std::shared_ptr<comm::Communicator> comm_;
+  bool first_step_sets_slots_ = false;
   // Sharded: the all-gather plans of the float and double parameters, a piece for every part of
   // a parameter that lies in one rank's slice.
   struct Sharing;

@@ -2,6 +2,9 @@
 // exactly as torch.optim.SGD:
 //   G <- G + wd W;  B <- G at its first use, then B <- mu B + (1 - d) G;
 //   P <- G + mu B (Nesterov) or B;  W <- W - lr P.
+// Its first use is the first step taken (step 1): import_state refuses a state at step 0 whose
+// momentum_buffer is not zero (a converted torch state without a step count, say), which that
+// step would discard.
 #ifndef KOPTIM_DIAGONAL_SGD_HPP
 #define KOPTIM_DIAGONAL_SGD_HPP
 

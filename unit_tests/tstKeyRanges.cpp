@@ -153,9 +153,9 @@ TEST(KeyRanges, EveryDocumentedRangeIsTheAcceptedRange) {
         EXPECT_NE(message.find("is required with lr_schedule type"), std::string::npos) << message;
         continue;
       }
-      // lr and weight_decay beyond the largest float: refused for these float parameters (the
-      // documented range says so).
-      if (p.expected && (p.path == "lr" || p.path == "weight_decay") &&
+      // lr, weight_decay and AdaGrad's initial_accumulator_value beyond the largest float: refused
+      // for these float parameters (the documented range says so).
+      if (p.expected && (p.path == "lr" || p.path == "weight_decay" || p.path == "initial_accumulator_value") &&
           p.value > static_cast<double>(std::numeric_limits<float>::max())) {
         EXPECT_FALSE(built) << describe(p);
         EXPECT_NE(message.find("is beyond the largest float"), std::string::npos) << message;

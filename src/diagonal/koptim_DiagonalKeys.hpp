@@ -26,7 +26,8 @@ template <class O, class V, Impl::OptionsOf<O, AdaGradOptions> = 0>
 void visit_keys(O& o, V& v) {
   namespace R = Impl::ranges::adagrad;
   v.real("lr_decay", o.lr_decay, "The lr at step t is lr / (1 + (t - 1) lr_decay).", R::lr_decay);
-  v.real("initial_accumulator_value", o.initial_accumulator_value, "Initial value of the sum of squared gradients.",
+  v.real("initial_accumulator_value", o.initial_accumulator_value,
+         "Initial value of the sum of squared gradients (at most 3.4e38 for float32 parameters).",
          R::initial_accumulator_value);
   v.real("eps", o.eps,
          "Added to the denominator sqrt(sum); 0 allowed: a coordinate whose sum is 0 then gets no step (not 0/0).",

@@ -23,6 +23,12 @@ Optimizer::Optimizer(std::string name, ParameterSet params, CommonOptions common
 Optimizer::Optimizer(std::string name, ParameterSet params, CommonOptions common, const comm::Communicator* agree_with)
     : name_(std::move(name)), params_(std::move(params)), common_(std::move(common)) {
   Impl::run_together(agree_with, [&] {
+    // Kokkos' own error for an allocation outside initialize/finalize is a bare std::runtime_error.
+    if (!Kokkos::is_initialized()) {
+      throw Error("koptim::" + name_ +
+                  ": Kokkos is not initialized: create optimizers after Kokkos::initialize and destroy them (and "
+                  "their ParameterSets) before Kokkos::finalize");
+    }
     if (params_.empty()) throw ShapeError("koptim::" + name_ + ": the ParameterSet has no parameters");
     // koptim's optimizers fill in their defaults (Impl::with_defaults); an optimizer of another
     // library built on this class must give both.

@@ -94,6 +94,9 @@ inline CommonOptions with_defaults(CommonOptions common, double lr, double weigh
 }
 }  // namespace Impl
 
+// An optimizer holds Kokkos Views (its state, and through its ParameterSet the user's Views):
+// it must be created after Kokkos::initialize (otherwise koptim::Error) and destroyed before
+// Kokkos::finalize.
 class Optimizer {
  public:
   virtual ~Optimizer()                   = default;

@@ -458,9 +458,13 @@ std::string describe_parameters(const Optimizer& opt) {
   const auto& ps = opt.parameters();
   for (std::size_t i = 0; i < ps.size(); ++i) {
     const auto& p = ps[i];
+    // The group by index, name (with its length: any text) and the values it sets itself, which
+    // a checkpoint writes apart from the values in effect.
+    const auto& g = ps.groups().at(static_cast<std::size_t>(p.group));
     d << p.name << ' ' << to_string(p.param.dtype) << ' ' << shape_string(p.param.shape) << ' '
-      << (p.param.layout_right ? "right" : "left") << " group " << p.group << " lr " << opt.base_lr(p.group) << " wd "
-      << opt.weight_decay(p.group) << "; ";
+      << (p.param.layout_right ? "right" : "left") << " group " << p.group << " '" << g.name << "' (" << g.name.size()
+      << ") lr " << opt.base_lr(p.group) << (g.options.lr ? " (own)" : "") << " wd " << opt.weight_decay(p.group)
+      << (g.options.weight_decay ? " (own)" : "") << "; ";
   }
   const auto& c = opt.common_options();
   d << "schedule " << c.lr_schedule.describe() << "; nonfinite " << to_string(c.nonfinite_gradient);

@@ -1572,7 +1572,8 @@ Shampoo::Shampoo(ParameterSet params, CommonOptions common, ShampooOptions optio
     for (const auto& kv : o.inverse_exponent_override_dim)
       d << "override order_" << kv.first.first << "_dim_" << kv.first.second << ' ' << kv.second << "; ";
     Impl::check_same_on_all_ranks(*comm_, name(), d.str(),
-                                  std::to_string(parameters().size()) + " parameters: " + describe_blocks());
+                                  std::to_string(parameters().size()) + " parameters: " +
+                                      Impl::describe_parameters(*this) + "\nblocks: " + describe_blocks());
     const int g = o.num_trainers_per_group.value_or(comm_->size());
     group_comm_ = comm_->split_groups(g).first;
   } else if (o.num_trainers_per_group && *o.num_trainers_per_group != 1) {

@@ -282,7 +282,8 @@ StateLayout state_layout(const TensorRef& param);
 void check_layout(const StateTensor& t, StateLayout expected, const std::string& who, const std::string& key,
                   const std::string& parameter);
 
-// Names, scalar types, shapes, layouts and groups of the parameters, and the common options.
+// Names, scalar types, shapes, layouts and groups (index, name, lr and weight_decay, and which
+// of them the group sets itself) of the parameters, and the common options.
 std::string describe_parameters(const Optimizer& opt);
 
 }  // namespace Impl

@@ -77,6 +77,28 @@ TEST(RankAgreement, RanksWhoseListsDifferAreRefusedTogether) {
   expect_error<koptim::ConfigError>([&] { koptim::create(m.params, g, world()); }, {"different parameter lists"});
 }
 
+// Parameter groups that differ between ranks (a name; an lr the group sets itself, equal to the
+// list's) build optimizers that differ, though their lr in effect is the same: refused together
+// (a checkpoint writes each rank's group name and own values).
+TEST(RankAgreement, RanksWhoseGroupsDifferAreRefusedTogether) {
+  if (world()->size() == 1) GTEST_SKIP() << "needs two ranks";
+  for (const std::string differs : {"name", "own lr"})
+    for (const std::string name : {"AdamW", "Gefen", "Shampoo"}) {
+      SCOPED_TRACE(name + ", the group's " + differs + " differs on the last rank");
+      Model m;
+      koptim::GroupOptions own;
+      if (differs == "own lr" && odd_one_out()) own.lr = 0.01;  // the list's lr
+      koptim::ParameterSet ps;
+      const int g = ps.add_group(differs == "name" && odd_one_out() ? "head_" : "head", own);
+      ps.add_ref("a", m.params[0].param, m.params[0].grad, 0);
+      ps.add_ref("b", m.params[1].param, m.params[1].grad, g);
+      expect_error<koptim::ConfigError>(
+          [&] { koptim::create(ps, list(name, true), world()); },
+          {"koptim::" + name + ": the ranks of the communicator disagree",
+           "group 1 'head" + std::string(odd_one_out() && differs == "name" ? "_'" : "'")});
+    }
+}
+
 // The C++ options, without a parameter list: the constructors agree on their own checks.
 TEST(RankAgreement, OptionsRefusedOnOneRankAreRefusedOnEveryRank) {
   Model m;
@@ -113,20 +135,26 @@ TEST(RankAgreement, StateOneRankCannotHoldFailsEveryRank) {
 // tensors) refused its next step at once while the other ranks went on into the step's
 // collectives: a hang. The refusal is now part of the gradient check's agreement, so every rank
 // refuses with that rank's message; a state import on every rank clears it.
+// With nonfinite_gradient: unchecked too, where no gradient check is agreed on (before: the
+// interrupted rank threw alone and the others waited in the all-gather).
 TEST(RankAgreement, AnInterruptionOnOneRankRefusesTheStepOnEveryRank) {
-  for (const std::string name : {"AdamW", "Gefen", "Shampoo"}) {
+  for (const std::string name :
+       {"AdamW", "Gefen", "Shampoo", "AdamW unchecked", "Gefen unchecked", "Shampoo unchecked"}) {
     SCOPED_TRACE(name);
     Model m;
-    auto opt = koptim::create(m.params, list(name, true), world());
+    const bool unchecked = name.find(" unchecked") != std::string::npos;
+    auto l               = list(name.substr(0, name.find(' ')), true);
+    if (unchecked) l.set("nonfinite_gradient", std::string("unchecked"));
+    auto opt = koptim::create(m.params, l, world());
     m.gradients(1);
     opt->step();
     const auto saved = opt->export_state();
     if (odd_one_out()) koptim::Impl::interrupt(*opt, "import_state", "a test's failure");
     m.gradients(2);
-    expect_error<koptim::Error>([&] { opt->step(); },
-                                {(world()->size() > 1 ? "rank " + std::to_string(world()->size() - 1) + ": " : "") +
-                                     "koptim::" + name + "::step: refused: import_state threw",
-                                 "a test's failure"});
+    expect_error<koptim::Error>(
+        [&] { opt->step(); }, {(world()->size() > 1 ? "rank " + std::to_string(world()->size() - 1) + ": " : "") +
+                                   "koptim::" + name.substr(0, name.find(' ')) + "::step: refused: import_state threw",
+                               "a test's failure"});
     EXPECT_EQ(opt->step_count(), 1);
     opt->import_state(saved);
     opt->step();

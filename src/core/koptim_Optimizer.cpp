@@ -287,11 +287,13 @@ bool Optimizer::check_gradients(const ExecutionSpace& exec) {
 
 // With the state distributed over ranks, a step is taken or refused on every rank alike: a
 // gradient refused on one rank (its own copy of the gradients, not averaged) throws the same
-// NonFiniteError on every rank, or skips the step on every rank, instead of leaving the others in
-// the step's collectives. One host collective per step, only where gradients are checked.
+// NonFiniteError on every rank, or skips the step on every rank, and a rank whose optimizer is
+// interrupted refuses the step on every rank, instead of leaving the others in the step's
+// collectives. One host collective per step, with unchecked gradients too (it then carries only
+// the interruption, a host flag: no wait on the device).
 const comm::Communicator* Optimizer::check_agreement() const {
   const comm::Communicator* comm = step_communicator();
-  if (!comm || comm->size() == 1 || common_.nonfinite_gradient == NonFiniteGradient::unchecked) return nullptr;
+  if (!comm || comm->size() == 1) return nullptr;
   return comm;
 }
 

@@ -407,6 +407,10 @@ TEST(Config, YamlRefusesWhatItsReaderWouldReadOtherwise) {
   };
   expect_contains(create_error(a + "  lr_schedule:\n    type: |\n      cosine\n    total_steps: 10\n"),
                   {"key 'type' in list 'lr_schedule' = 'cosine\\n' (string): not a known value"});
+  expect_contains(create_error(a + "  lr: 1e400\n"),
+                  {"key 'lr' in list 'koptim' = 1e400 (string): a number too large for a double"});
+  expect_contains(create_error(a + "  lr: -2.5e+999\n"), {"= -2.5e+999 (string): a number too large for a double"});
+  expect_contains(create_error(a + "  lr: inf\n"), {"= inf (string): wrong type, expected double"});
   expect_contains(create_error("koptim:\r\n  optimizer: AdamW\r\n  nonfinite_gradient: |\r\n    skip_step\r\n"),
                   {"= '\\nskip_step\\n' (string)"});
   // A flow array of integers where reals are expected.

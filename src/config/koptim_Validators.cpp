@@ -5,6 +5,7 @@
 #include <Teuchos_StrUtils.hpp>
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <sstream>
 
@@ -184,6 +185,15 @@ void KeyValidator::validate(const Teuchos::ParameterEntry& entry, const std::str
           reject(entry, paramName, sublistName, "an integer beyond 2^53, which a double does not hold exactly");
         v = static_cast<double>(i);
       } else {
+        // A YAML number beyond a double's range (1e400) reaches here as text: say so.
+        if (a.type() == typeid(std::string)) {
+          const auto& text   = Teuchos::any_cast<std::string>(a);
+          const bool numeral = !text.empty() && text.find_first_not_of("+-.0123456789eE") == std::string::npos &&
+                               text.find_first_of("0123456789") != std::string::npos;
+          char* end = nullptr;
+          if (numeral && std::isinf(std::strtod(text.c_str(), &end)) && *end == '\0')
+            reject(entry, paramName, sublistName, "a number too large for a double, which reads it as text");
+        }
         reject(entry, paramName, sublistName, "wrong type, expected double");
       }
       if (!accepts(v)) reject(entry, paramName, sublistName, "out of range");

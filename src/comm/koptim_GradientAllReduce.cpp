@@ -55,8 +55,11 @@ GradientAllReducer::GradientAllReducer(std::shared_ptr<Communicator> comm, const
     // Only on this failure path: where this rank's entries differ from rank 0's.
     const auto first = Impl::first_difference_from_rank0(
         *comm_, lines, [](std::size_t k, const std::string* mine, const std::string* zero, std::size_t, std::size_t) {
-          return "entry " + std::to_string(k) + " is " + (mine ? *mine : "(no entry)") + " where rank 0 has " +
-                 (zero ? *zero : "(no entry)");
+          // lines[0] is bucket_bytes; lines[k] for k >= 1 the parameter registered k-th (counted from 0: k - 1).
+          auto is_parameter = [](const std::string* l) { return l && l->rfind("parameter '", 0) == 0; };
+          const std::string at =
+              is_parameter(mine) || is_parameter(zero) ? "at position " + std::to_string(k - 1) + " (from 0): " : "";
+          return at + (mine ? *mine : "nothing") + " where rank 0 has " + (zero ? *zero : "nothing");
         });
     throw ShapeError(
         "koptim::comm::GradientAllReducer: the ranks registered different parameters (names, scalar types, sizes or "

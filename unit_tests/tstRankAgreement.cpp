@@ -85,6 +85,7 @@ TEST(RankAgreement, RanksWhoseGroupsDifferAreRefusedTogether) {
   for (const std::string differs : {"name", "own lr"})
     for (const std::string name : {"AdamW", "Gefen", "Shampoo"}) {
       SCOPED_TRACE(name + ", the group's " + differs + " differs on the last rank");
+      const std::string wd = name == "AdamW" ? "0.01" : "0";  // the default weight_decay
       Model m;
       koptim::GroupOptions own;
       if (differs == "own lr" && odd_one_out()) own.lr = 0.01;  // the list's lr
@@ -95,6 +96,9 @@ TEST(RankAgreement, RanksWhoseGroupsDifferAreRefusedTogether) {
       expect_error<koptim::ConfigError>(
           [&] { koptim::create(ps, list(name, true), world()); },
           {"koptim::" + name + ": the ranks of the communicator disagree",
+           "Rank " + std::to_string(world()->size() - 1) + " has 'b float32 (40,) right group 1 'head" +
+               (differs == "name" ? "_' (5) lr 0.01 wd " + wd + "'" : "' (4) lr 0.01 (own) wd " + wd + "'") +
+               " where rank 0 has 'b float32 (40,) right group 1 'head' (4) lr 0.01 wd " + wd + "'",
            "group 1 'head" + std::string(odd_one_out() && differs == "name" ? "_'" : "'")});
     }
 }

@@ -543,10 +543,23 @@ std::array<std::uint8_t, 32> sha256(const std::string& bytes) {
 void check_same_on_all_ranks(const comm::Communicator& comm, const std::string& optimizer,
                              const std::string& descriptor, const std::string& shown) {
   if (!comm.same_on_all_ranks(descriptor)) {
+    // Only on this failure path: the lowest rank that differs from rank 0, and its first item that
+    // does (the descriptor's items are separated by "; "), the same on every rank.
+    std::vector<std::string> items;
+    for (std::size_t at = 0; at <= descriptor.size();) {
+      const std::size_t end = std::min(descriptor.find("; ", at), descriptor.size());
+      items.push_back(descriptor.substr(at, end - at));
+      at = end + 2;
+    }
+    const auto first = first_difference_from_rank0(
+        comm, items, [](std::size_t, const std::string* mine, const std::string* zero, std::size_t, std::size_t) {
+          return "'" + (mine ? *mine : std::string()) + "' where rank 0 has '" + (zero ? *zero : std::string()) + "'";
+        });
     throw ConfigError("koptim::" + optimizer +
                       ": the ranks of the communicator disagree on the parameters (names, shapes, scalar types, "
                       "layouts, groups) or on the configuration; every rank must build the same optimizer. Rank " +
-                      std::to_string(comm.rank()) + " has: " + (shown.empty() ? descriptor : shown));
+                      std::to_string(first.first) + " has " + first.second + ". Rank " + std::to_string(comm.rank()) +
+                      " (this one) has: " + (shown.empty() ? descriptor : shown));
   }
 }
 

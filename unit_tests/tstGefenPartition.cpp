@@ -409,6 +409,17 @@ TEST(GefenPartition, VarianceDrop) {
   const std::vector<double> rows4{1.0, 1.0, 1.0, 1.0, 3.0, 3.0, 3.0, 3.0, 0.5, 0.5, 0.5, 0.5};
   EXPECT_EQ(naive_variance_select_raw(naive_variance_scores(rows4)), 4);
   EXPECT_EQ(choose_partition_variance_drop(rows4.data(), 12), 1);
+  // The rule's boundary: a drop at p = 8 shares (8 is not below partition_min_block), one at 7 does not.
+  auto constant_rows = [](std::int64_t p) {
+    std::vector<double> g;
+    for (const double v : {1.0, 3.0, 0.5}) g.insert(g.end(), static_cast<std::size_t>(p), v);
+    return g;
+  };
+  const auto rows8 = constant_rows(8), rows7 = constant_rows(7);
+  EXPECT_EQ(naive_variance_select_raw(naive_variance_scores(rows8)), 8);
+  EXPECT_EQ(choose_partition_variance_drop(rows8.data(), 24), 8);
+  EXPECT_EQ(naive_variance_select_raw(naive_variance_scores(rows7)), 7);
+  EXPECT_EQ(choose_partition_variance_drop(rows7.data(), 21), 1);
   const auto prime = noise(rng, 1031);
   EXPECT_EQ(choose_partition_variance_drop(prime.data(), 1031), 1);
   const std::vector<double> one{3.0};

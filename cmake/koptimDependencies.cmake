@@ -6,8 +6,9 @@
 # (b) A standalone Kokkos >= 4 and Kokkos Kernels >= 4 with proper imported targets
 #     (Kokkos_ROOT / KokkosKernels_ROOT), plus a standalone or Trilinos Teuchos.
 # This file is installed with koptim and included by koptimConfig.cmake, so consumers get the
-# same targets.
-include_guard(GLOBAL)
+# same targets. Imported targets are visible in the directory that made them only: a consumer
+# whose sibling directories each call find_package(koptim) gets them in each (DIRECTORY guard).
+include_guard(DIRECTORY)
 include(CMakeFindDependencyMacro)
 
 macro(_koptim_find_dependency)
@@ -50,7 +51,10 @@ function(_koptim_package_libraries out pkg)
     if(TARGET ${l})
       list(APPEND result ${l})
     else()
-      find_library(_koptim_lib_${l} NAMES ${l} HINTS ${${pkg}_LIBRARY_DIRS} REQUIRED)
+      find_library(_koptim_lib_${l} NAMES ${l} HINTS ${${pkg}_LIBRARY_DIRS})
+      if(NOT _koptim_lib_${l})
+        message(FATAL_ERROR "koptim: library '${l}' of ${pkg} not found in ${pkg}_LIBRARY_DIRS (${${pkg}_LIBRARY_DIRS})")
+      endif()
       list(APPEND result ${_koptim_lib_${l}})
     endif()
   endforeach()
@@ -156,6 +160,15 @@ function(_koptim_hdf5_target libraries)
   if(TARGET koptim::HDF5)
     return()
   endif()
+  # Files recorded by koptim's build must still be there (not a link error at the consumer's build).
+  foreach(l IN LISTS libraries)
+    if(IS_ABSOLUTE "${l}" AND NOT EXISTS "${l}")
+      set(koptim_FOUND FALSE PARENT_SCOPE)
+      set(koptim_NOT_FOUND_MESSAGE "koptim was built against the HDF5 library ${l}, which no longer exists; "
+                                   "rebuild koptim against the HDF5 installed now" PARENT_SCOPE)
+      return()
+    endif()
+  endforeach()
   add_library(koptim::HDF5 INTERFACE IMPORTED)
   target_link_libraries(koptim::HDF5 INTERFACE ${libraries})
   if(H_INCLUDE_DIRS)

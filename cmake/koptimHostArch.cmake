@@ -46,6 +46,13 @@ elseif(_koptim_arch STREQUAL "native")
   endif()
 else()
   separate_arguments(KOPTIM_HOST_ARCH_FLAGS UNIX_COMMAND "${koptim_HOST_ARCH}")
+  # Flags the compiler refuses (a typo, "nativ") would stop the build at its first file: here.
+  string(MAKE_C_IDENTIFIER "KOPTIM_COMPILER_TAKES_${koptim_HOST_ARCH}" _koptim_flags_ok)
+  check_cxx_compiler_flag("${koptim_HOST_ARCH}" ${_koptim_flags_ok})
+  if(NOT ${_koptim_flags_ok})
+    message(FATAL_ERROR "koptim_HOST_ARCH=${koptim_HOST_ARCH}: the compiler (${CMAKE_CXX_COMPILER}) does not take "
+                        "these flags; allowed: none, native, or flags the compiler takes (e.g. -march=skylake-avx512)")
+  endif()
   set(KOPTIM_HOST_ARCH_REASON "${koptim_HOST_ARCH} (as given)")
 endif()
 message(STATUS "koptim host architecture flags: ${KOPTIM_HOST_ARCH_REASON}")

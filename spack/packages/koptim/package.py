@@ -25,6 +25,9 @@ class Koptim(CMakePackage, CudaPackage):
     conflicts("~mpi", msg="koptim's communicator and its Teuchos dependency need MPI")
     conflicts("+nccl", when="~cuda", msg="NCCL is the GPU data plane: it needs +cuda")
 
+    # Compilers are dependencies (Spack 1.0): C++ for koptim, C for FindHDF5's check of its wrapper.
+    depends_on("cxx", type="build")
+    depends_on("c", type="build")
     depends_on("cmake@3.21:", type="build")
     depends_on("mpi")
     depends_on("lapack")
@@ -36,7 +39,9 @@ class Koptim(CMakePackage, CudaPackage):
     # library in the process, docs/building.md; a Trilinos with Kokkos would also have to repeat
     # koptim's cuda, cuda_arch and wrapper choices) and without the solver stacks: ~kokkos needs
     # ~tpetra, which needs ~amesos2 ~ifpack2 ~muelu; the Epetra leaf packages are off too. Epetra
-    # itself stays on: the recipe always enables Triutils, which requires it.
+    # itself stays on: the recipe always enables Triutils, which requires it. The Epetra leaf
+    # variants (~amesos~aztec~ifpack~ml~epetraext) exist in Spack's recipe for trilinos@:16 only,
+    # so this spec selects Trilinos 16 or older (spack/README.md).
     depends_on(
         "trilinos+mpi~kokkos~tpetra~amesos2~ifpack2~muelu~belos~anasazi"
         "~amesos~aztec~ifpack~ml~epetraext~sacado"
@@ -78,7 +83,8 @@ class Koptim(CMakePackage, CudaPackage):
         args = [
             self.define("Kokkos_ROOT", spec["kokkos"].prefix),
             self.define("KokkosKernels_ROOT", spec["kokkos-kernels"].prefix),
-            self.define("Trilinos_ROOT", spec["trilinos"].prefix),
+            # Teuchos is found through find_package(Teuchos) on Spack's CMAKE_PREFIX_PATH.
+            self.define("Teuchos_ROOT", spec["trilinos"].prefix),
             self.define_from_variant("koptim_ENABLE_TESTS", "tests"),
             self.define_from_variant("koptim_ENABLE_BENCHMARK", "benchmarks"),
             self.define("koptim_ENABLE_EXAMPLES", False),

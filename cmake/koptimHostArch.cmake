@@ -47,7 +47,10 @@ elseif(_koptim_arch STREQUAL "native")
 else()
   separate_arguments(KOPTIM_HOST_ARCH_FLAGS UNIX_COMMAND "${koptim_HOST_ARCH}")
   # Flags the compiler refuses (a typo, "nativ") would stop the build at its first file: here.
-  string(MAKE_C_IDENTIFIER "KOPTIM_COMPILER_TAKES_${koptim_HOST_ARCH}" _koptim_flags_ok)
+  # The check's cached result is named by a hash of the exact flags (a typo and its correction map
+  # to one C identifier, which would keep the first result).
+  string(MD5 _koptim_flags_hash "${koptim_HOST_ARCH}")
+  set(_koptim_flags_ok "KOPTIM_COMPILER_TAKES_${_koptim_flags_hash}")
   check_cxx_compiler_flag("${koptim_HOST_ARCH}" ${_koptim_flags_ok})
   if(NOT ${_koptim_flags_ok})
     message(FATAL_ERROR "koptim_HOST_ARCH=${koptim_HOST_ARCH}: the compiler (${CMAKE_CXX_COMPILER}) does not take "

@@ -4,7 +4,8 @@
 //   P <- G + mu B (Nesterov) or B;  W <- W - lr P.
 // Its first use is the first step taken (step 1): import_state refuses a state at step 0 whose
 // momentum_buffer is not zero (a converted torch state without a step count, say), which that
-// step would discard.
+// step would discard. Sharded, each rank checks its own slice, as import_state checks every
+// value; io::load_checkpoint agrees on the outcome over the ranks.
 #ifndef KOPTIM_DIAGONAL_SGD_HPP
 #define KOPTIM_DIAGONAL_SGD_HPP
 

@@ -102,7 +102,7 @@ TensorRef make_tensor_ref(const View& v, const std::string& what) {
   t.size         = static_cast<std::int64_t>(v.size());
   if (!v.span_is_contiguous() || static_cast<std::int64_t>(v.span()) != t.size) {
     throw ShapeError("koptim: " + what + " (View '" + v.label() + "', shape " + shape_string(t.shape) +
-                     ") is not contiguous; koptim needs contiguous Views (no strided subviews)");
+                     ") is not contiguous; koptim needs contiguous Views (no padded Views, no subviews with gaps)");
   }
   if (t.size > 0 && v.data() == nullptr) {
     throw ShapeError("koptim: " + what + " is an unallocated View");

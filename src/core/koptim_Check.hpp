@@ -7,6 +7,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <limits>
 #include <sstream>
 #include <string>
 
@@ -44,6 +45,19 @@ struct Range {
   // "a real in [0, 1)", "an integer in [1, 2147483647]".
   std::string text(bool integer) const { return (integer ? "an integer in " : "a real in ") + bounds(integer); }
 };
+
+// A setting that the kernels round to a float32 parameter's type (lr, weight_decay, AdaGrad's
+// initial sum) would be Inf there beyond the largest float: throws ConfigError "koptim::<optimizer>:
+// <setting> = <value><context> is beyond the largest float ..., the scalar type of its parameter
+// '<parameter>'" where value is beyond it. For float32 parameters only (the caller's test).
+inline void require_within_float(const std::string& optimizer, const std::string& setting, double value,
+                                 const std::string& context, const std::string& parameter) {
+  const double largest = static_cast<double>(std::numeric_limits<float>::max());
+  if (value <= largest) return;
+  throw ConfigError("koptim::" + optimizer + ": " + setting + " = " + real_string(value) + context +
+                    " is beyond the largest float (" + real_string(largest) + "), the scalar type of its parameter '" +
+                    parameter + "'; allowed for float32 parameters: 0 to " + real_string(largest));
+}
 
 // Throws ConfigError "koptim::<optimizer>: <key> = <value> is not allowed; allowed: <range>"
 // unless r contains value.

@@ -43,17 +43,9 @@ Optimizer::Optimizer(std::string name, ParameterSet params, CommonOptions common
     // lr / (1 - b1^t), can still overflow with extreme settings; not checked.)
     for (const auto& p : params_.parameters()) {
       if (p.param.dtype != ScalarType::float32) continue;
-      const double largest   = static_cast<double>(std::numeric_limits<float>::max());
-      const double values[2] = {base_lr(p.group), weight_decay(p.group)};
-      for (int k = 0; k < 2; ++k) {
-        if (values[k] <= largest) continue;
-        std::ostringstream m;
-        m << "koptim::" << name_ << ": " << (k == 0 ? "lr" : "weight_decay") << " = " << Impl::real_string(values[k])
-          << " of group '" << params_.groups().at(p.group).name << "' is beyond the largest float ("
-          << Impl::real_string(largest) << "), the scalar type of its parameter '" << p.name
-          << "'; allowed for float32 parameters: 0 to " << Impl::real_string(largest);
-        throw ConfigError(m.str());
-      }
+      const std::string group = " of group '" + params_.groups().at(p.group).name + "'";
+      Impl::require_within_float(name_, "lr", base_lr(p.group), group, p.name);
+      Impl::require_within_float(name_, "weight_decay", weight_decay(p.group), group, p.name);
     }
   });
 }

@@ -40,14 +40,10 @@ AdaGrad::AdaGrad(ParameterSet params, CommonOptions common, AdaGradOptions optio
   // The sum starts at initial_accumulator_value in the parameter's scalar type: beyond the largest
   // float it would be Inf for a float32 parameter (the state then not the value written, and
   // refused by import_state), as lr and weight_decay would.
-  const double largest = static_cast<double>(std::numeric_limits<float>::max());
-  for (const auto& p : parameters().parameters()) {
-    if (p.param.dtype != ScalarType::float32 || options_.initial_accumulator_value <= largest) continue;
-    throw ConfigError(
-        "koptim::AdaGrad: initial_accumulator_value = " + Impl::real_string(options_.initial_accumulator_value) +
-        " is beyond the largest float (" + Impl::real_string(largest) + "), the scalar type of parameter '" + p.name +
-        "'; allowed for float32 parameters: 0 to " + Impl::real_string(largest));
-  }
+  for (const auto& p : parameters().parameters())
+    if (p.param.dtype == ScalarType::float32)
+      Impl::require_within_float("AdaGrad", "initial_accumulator_value", options_.initial_accumulator_value, "",
+                                 p.name);
 }
 
 void AdaGrad::update_pieces(const ExecutionSpace& exec, std::int64_t t, const std::vector<double>& lrs) {

@@ -465,22 +465,43 @@ std::string describe_parameters(const Optimizer& opt) {
   return d.str();
 }
 
-void check_values(const StateTensor& t, const std::string& key, bool nonnegative) {
+namespace {
+// Throws StateError with message(s, x, i) written into s at the first element x (flat index i) of
+// a float or double state tensor for which refused(x) holds.
+template <class Refused, class Message>
+void refuse_first(const StateTensor& t, Refused refused, Message message) {
   dispatch(t.dtype, [&](auto zero) {
     using T              = decltype(zero);
     const std::int64_t n = static_cast<std::int64_t>(t.data.size() / sizeof(T));
     for (std::int64_t i = 0; i < n; ++i) {
       T x;
       std::memcpy(&x, t.data.data() + i * sizeof(T), sizeof(T));
-      // is_finite first: an ordered comparison with NaN would raise FE_INVALID.
-      if (!is_finite(x) || (nonnegative && x < T(0))) {
-        std::ostringstream s;
-        s << "koptim: state tensor '" << key << "' has value " << x << " at flat index " << i
-          << "; allowed: " << (nonnegative ? "finite values >= 0" : "finite values");
-        throw StateError(s.str());
-      }
+      if (!refused(x)) continue;
+      std::ostringstream s;
+      message(s, x, i);
+      throw StateError(s.str());
     }
   });
+}
+}  // namespace
+
+void check_values(const StateTensor& t, const std::string& key, bool nonnegative) {
+  // is_finite first: an ordered comparison with NaN would raise FE_INVALID.
+  refuse_first(
+      t, [&](auto x) { return !is_finite(x) || (nonnegative && x < decltype(x)(0)); },
+      [&](std::ostream& s, auto x, std::int64_t i) {
+        s << "koptim: state tensor '" << key << "' has value " << x << " at flat index " << i
+          << "; allowed: " << (nonnegative ? "finite values >= 0" : "finite values");
+      });
+}
+
+void check_zeros(const StateTensor& t, const std::string& who, const std::string& key, const std::string& why) {
+  refuse_first(
+      t, [](auto x) { return x != decltype(x)(0); },
+      [&](std::ostream& s, auto x, std::int64_t i) {
+        s.precision(17);
+        s << who << ": state tensor '" << key << "' has value " << x << " at flat index " << i << why;
+      });
 }
 
 StateLayout state_layout(const TensorRef& param) {

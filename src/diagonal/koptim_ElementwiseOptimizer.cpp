@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <sstream>
 #include <stdexcept>
 #include <tuple>
 
@@ -214,22 +213,9 @@ Optimizer::StateKeys ElementwiseOptimizer::check_entries(const OptimizerState& s
       check_layout(t, state_layout(ps[pc.param].param), "koptim::" + name() + "::import_state", k, ps[pc.param].name);
       check_values(t, k, nonnegative_slot(slots_[s]));
       if (first_step_sets_slots_ && state.integers.at("step") == 0) {
-        dispatch(t.dtype, [&](auto zero) {
-          using T             = decltype(zero);
-          const std::size_t n = t.data.size() / sizeof(T);
-          for (std::size_t i = 0; i < n; ++i) {
-            T x;
-            std::memcpy(&x, t.data.data() + i * sizeof(T), sizeof(T));
-            if (x == T(0)) continue;
-            std::ostringstream m;
-            m.precision(17);
-            m << "koptim::" << name() << "::import_state: state tensor '" << k << "' has value " << x
-              << " at flat index " << i
-              << " in a state at step 0; allowed there: zeros (the first step sets it from the gradient without "
-                 "reading it, so a value held before any step would be discarded)";
-            throw StateError(m.str());
-          }
-        });
+        check_zeros(t, "koptim::" + name() + "::import_state", k,
+                    " in a state at step 0; allowed there: zeros (the first step sets it from the gradient without "
+                    "reading it, so a value held before any step would be discarded)");
       }
       held.tensors.insert(k);
     }

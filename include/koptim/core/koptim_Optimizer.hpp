@@ -273,6 +273,9 @@ GradientCheck check_gradient(const TensorRef& t, bool squares, const ExecutionSp
 // Throws StateError naming key and the first bad element when a float or double state tensor
 // holds a NaN or Inf, or (nonnegative) a negative value. Changes nothing.
 void check_values(const StateTensor& t, const std::string& key, bool nonnegative);
+// Throws StateError "<who>: state tensor '<key>' has value x at flat index i<why>" at the first
+// element of a float or double state tensor that is not zero. Changes nothing.
+void check_zeros(const StateTensor& t, const std::string& who, const std::string& key, const std::string& why);
 
 // The StateLayout of a state tensor in the memory order of `param`.
 StateLayout state_layout(const TensorRef& param);

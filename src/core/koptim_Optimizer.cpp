@@ -285,8 +285,7 @@ bool Optimizer::check_gradients(const ExecutionSpace& exec) {
 // the interruption, a host flag: no wait on the device).
 const comm::Communicator* Optimizer::check_agreement() const {
   const comm::Communicator* comm = step_communicator();
-  if (!comm || comm->size() == 1) return nullptr;
-  return comm;
+  return comm && comm->size() > 1 ? comm : nullptr;
 }
 
 bool Optimizer::checked_on_every_rank(const ExecutionSpace& exec) {

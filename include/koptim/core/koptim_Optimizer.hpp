@@ -215,8 +215,9 @@ class Optimizer {
   // check_gradients, its outcome agreed on over step_communicator() (the step taken, skipped or
   // refused on every rank alike).
   bool checked_on_every_rank(const ExecutionSpace& exec);
-  // The communicator over which step() agrees on its gradient check (step_communicator() of more
-  // than one rank, gradients checked), or null where no rank waits for this one.
+  // The communicator over which step() agrees on its gradient check and on an interruption
+  // (step_communicator() of more than one rank, whatever nonfinite_gradient), or null where no
+  // rank waits for this one.
   const comm::Communicator* check_agreement() const;
   // Group `group` of the parameter set; ConfigError naming the caller (what) when there is none.
   const ParameterGroup& group(int group, const char* what) const;

@@ -415,11 +415,6 @@ struct BlockState {
   Vec<T> g, w, mhat, p, q;
   std::size_t piece = 0;  // of the update all-gather (the block's place in it)
   int failures      = 0;  // consecutive amortized computations of this block that failed
-  // trace(L_j), the same for every j: b2 trace + w |G|^2 each step. It bounds every factor entry
-  // (|L_ik| <= max_i L_ii <= trace for a PSD matrix), so the factors cannot overflow while it is
-  // finite in T: step() rejects a gradient that would break that before changing anything.
-  double trace = 0.0;
-  double sumsq = 0.0;  // |G|^2 of this step
 
   std::string where(const ParameterSet& ps, const std::vector<shampoo::BlockLayout>& layouts) const {
     const auto& b = layouts[param].blocks[block];
@@ -541,8 +536,6 @@ class ShampooBlocks {
   ShampooOptions o_;
   double b1_, b2_, b3_, graft_beta_;
   double factor_w_;  // the factors' weight rule: 1 - b2 when b2 < 1, else 1 (also for E)
-  // trace(L_j) after this step's update (see BlockState::trace).
-  double next_trace(const BlockState<T>& b) const { return b2_ * b.trace + factor_w_ * b.sumsq; }
   // The largest |G|^2 and trace a block may reach: the largest T less the rounding of the sums in
   // T that form its factors (each entry of a mode's Gram matrix sums size / n_j squares, at most
   // size / min_j n_j; such a sum can exceed the exact one by terms + 2 units of roundoff,
@@ -566,11 +559,22 @@ class ShampooBlocks {
   // The lr-scaled updates of every block of type T: this rank writes its blocks' updates into
   // their pieces, one all-gather shares them.
   Impl::Distributor<T> updates_;
-  // Per owned block, written by reductions the host does not wait for: |G|^2 of this step
-  // (copied to the host once per step, for prepare()'s checks), and the grafting norms
-  // |P_g|^2, |P_s|^2 as lanes and the rescaling ratio they give, which stay on the device.
-  Kokkos::View<double*, MemorySpace> sumsq_;
-  Kokkos::View<double*, MemorySpace>::HostMirror sumsq_host_;
+  // Per owned block, on the device: sums_(bi) = |G|^2 of this step, written by a reduction the
+  // host does not wait for, and sums_(n + bi) = trace(L_j) (n blocks), the same for every j of
+  // block bi: b2 trace + w |G|^2 each step, updated by accumulate(), 0 for a block without
+  // factors. The trace bounds every factor entry (|L_ik| <= max_i L_ii <= trace for a PSD
+  // matrix), so the factors cannot overflow while it is finite in T: a checked step copies both
+  // halves to the host in one copy (its one wait) and rejects a gradient that would break that
+  // before changing anything; an unchecked step never copies them. traced_: the blocks with
+  // factors. Then the grafting norms |P_g|^2, |P_s|^2 as lanes and the rescaling ratio they give,
+  // which stay on the device.
+  Kokkos::View<double*, MemorySpace> sums_;
+  Kokkos::View<double*, MemorySpace>::HostMirror sums_host_;
+  Kokkos::View<int*, MemorySpace> traced_;
+  // The trace of block bi after this step's update, from the host copy of sums_.
+  double next_trace(std::size_t bi) const { return b2_ * sums_host_(blocks_.size() + bi) + factor_w_ * sums_host_(bi); }
+  // sums_ into sums_host_ outside a step (export, import), after a fence of every instance.
+  void traces_to_host() const;
   Kokkos::View<T*, MemorySpace> graft_ratio_;
   // The owned blocks as a table ordered by parameter group (entry_of_block_: a block's entry),
   // chunks_ chunks of block_chunk elements in all; groups_: each group's entries and chunks.
@@ -691,8 +695,14 @@ ShampooBlocks<T>::ShampooBlocks(const Shampoo& owner, const ParameterSet& ps,
     }
   host_batch_ = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible;
   for (const auto& b : blocks_) host_batch_ = host_batch_ && linalg::fits_host_blas(b.shape);
-  sumsq_       = Kokkos::View<double*, MemorySpace>("koptim::Shampoo::block_sumsq", blocks_.size());
-  sumsq_host_  = Kokkos::create_mirror_view(sumsq_);
+  sums_      = Kokkos::View<double*, MemorySpace>("koptim::Shampoo::block_sums", 2 * blocks_.size());
+  sums_host_ = Kokkos::create_mirror_view(sums_);
+  std::vector<int> traced;
+  for (std::size_t bi = 0; bi < blocks_.size(); ++bi)
+    if (!blocks_[bi].preconditioned.empty()) traced.push_back(static_cast<int>(bi));
+  traced_ = Kokkos::View<int*, MemorySpace>("koptim::Shampoo::traced_blocks", traced.size());
+  Kokkos::deep_copy(traced_, Kokkos::View<const int*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+                                 traced.data(), traced.size()));
   graft_ratio_ = Kokkos::View<T*, MemorySpace>("koptim::Shampoo::graft_ratio", blocks_.size());
   build_tables();
   build_plans();
@@ -836,7 +846,7 @@ std::string ShampooBlocks<T>::prepare(const std::vector<double>& wds, bool check
   auto gather = [&](int group) {
     return GatherBody<T>{o_.weight_decay_type == WeightDecayType::L2 && wds[group] != 0.0, static_cast<T>(wds[group])};
   };
-  const SquaredNormBody<T> norm{sumsq_.data(), std::numeric_limits<double>::quiet_NaN()};
+  const SquaredNormBody<T> norm{sums_.data(), std::numeric_limits<double>::quiet_NaN()};
   if (host_batched()) {
     host_batch([&](std::size_t bi) {
       const auto& e = entry(bi);
@@ -849,18 +859,17 @@ std::string ShampooBlocks<T>::prepare(const std::vector<double>& wds, bool check
                                    r.chunk_end, gather(r.group));
     for_each_block_team(exec_, "koptim::Shampoo::gradient_norm", table_, norm);
   }
-  // The one wait of the gather: every block's |G|^2 to the host, for the trace rule below.
-  if (!blocks_.empty()) {
-    Kokkos::deep_copy(exec_, sumsq_host_, sumsq_);
-    Impl::fence(exec_, "koptim::Shampoo::gather: every block's |G|^2 to the host");
-  }
+  // nonfinite_gradient = unchecked: the gradient is used as it is, and |G|^2 and the traces stay
+  // on the device (accumulate() updates the traces there).
+  if (!check || blocks_.empty()) return "";
+  // The one wait of a checked gather: every block's |G|^2 and trace to the host, for the rules below.
+  Kokkos::deep_copy(exec_, sums_host_, sums_);
+  Impl::fence(exec_, "koptim::Shampoo::gather: every block's |G|^2 and trace to the host");
   for (std::size_t bi = 0; bi < blocks_.size(); ++bi) {
-    auto& b              = blocks_[bi];
+    const auto& b        = blocks_[bi];
     const Parameter& prm = ps_[b.param];
-    b.sumsq              = sumsq_host_(bi);
-    if (!check) continue;  // nonfinite_gradient = unchecked: the gradient is used as it is
-    const double sumsq = b.sumsq;
-    const double trace = next_trace(b);
+    const double sumsq   = sums_host_(bi);
+    const double trace   = next_trace(bi);
     if (std::isnan(sumsq)) {
       // The gradient passed the NaN/Inf check, so L2 weight decay (G + wd W) made it non-finite.
       parameter = prm.name;
@@ -916,10 +925,27 @@ void ShampooBlocks<T>::factor_grams(std::size_t bi, bool serial) {
 
 template <class T>
 void ShampooBlocks<T>::accumulate(std::int64_t t) {
-  // A block without factors keeps no trace (0): nothing bounds its gradient by it, and a trace
-  // accumulated there could exceed what a state import accepts.
-  for (auto& b : blocks_)
-    if (!b.preconditioned.empty()) b.trace = next_trace(b);
+  // The traces of the blocks with factors, on the device. A block without factors keeps no trace
+  // (0): nothing bounds its gradient by it, and a trace accumulated there could exceed what a
+  // state import accepts.
+  const std::int64_t n = static_cast<std::int64_t>(blocks_.size());
+  const double b2 = b2_, w = factor_w_;
+  if (host_batched()) {
+    // Host memory, written by the gather's batch (which fenced): a plain loop, no kernel.
+    double* sums = sums_.data();
+    for (std::int64_t bi = 0; bi < n; ++bi)
+      if (!blocks_[bi].preconditioned.empty()) sums[n + bi] = b2 * sums[n + bi] + w * sums[bi];
+  } else if (traced_.extent(0) > 0) {
+    const auto sums   = sums_;
+    const auto traced = traced_;
+    Kokkos::parallel_for(
+        "koptim::Shampoo::traces",
+        Kokkos::RangePolicy<ExecutionSpace>(exec_, 0, static_cast<std::int64_t>(traced.extent(0))),
+        KOKKOS_LAMBDA(const std::int64_t k) {
+          const std::int64_t bi = traced(k);
+          sums(n + bi)          = b2 * sums(n + bi) + w * sums(bi);
+        });
+  }
   const AccumulateBody<T> body{
       o_.grafting == Grafting::AdaGrad || o_.grafting == Grafting::RMSProp || o_.grafting == Grafting::Adam,
       o_.grafting == Grafting::AdaGrad,
@@ -1318,6 +1344,12 @@ void ShampooBlocks<T>::write_back() {
 }
 
 template <class T>
+void ShampooBlocks<T>::traces_to_host() const {
+  // Outside a step (export, import): after whatever instance the last step ran on.
+  Kokkos::deep_copy(sums_host_, sums_);
+}
+
+template <class T>
 void ShampooBlocks<T>::export_tensors(OptimizerState& s) const {
   auto put = [&](const std::string& k, const Vec<T>& v, const std::vector<std::int64_t>& shape) {
     if (v.size() == 0) return;
@@ -1327,16 +1359,18 @@ void ShampooBlocks<T>::export_tensors(OptimizerState& s) const {
     Impl::set_bytes(st, v);
     s.tensors[k] = std::move(st);
   };
+  traces_to_host();
   const bool roots                                                                                       = roots_ready_;
   s.integers[std::string("shampoo/") + (std::is_same<T, float>::value ? "f32" : "f64") + "/roots_ready"] = roots;
-  for (const auto& b : blocks_) {
+  for (std::size_t bi = 0; bi < blocks_.size(); ++bi) {
+    const auto& b       = blocks_[bi];
     const std::string k = key(b);
     put(filter_key(b), b.filtered, b.shape);
     put(k + "/graft", b.graft, b.shape);
     put(k + "/momentum", b.momentum, b.shape);
     put(k + "/eigenvalue_correction", b.correction, b.shape);
     s.integers[k + "/failures"] = b.failures;
-    s.reals[k + "/trace"]       = b.trace;
+    s.reals[k + "/trace"]       = sums_host_(blocks_.size() + bi);
     for (std::size_t j = 0; j < b.factors.size(); ++j) {
       const auto& f = b.factors[j];
       if (f.slot < 0) continue;
@@ -1442,7 +1476,9 @@ void ShampooBlocks<T>::import_tensors(const OptimizerState& s) {
   roots_ready_ =
       s.integers.at(std::string("shampoo/") + (std::is_same<T, float>::value ? "f32" : "f64") + "/roots_ready") != 0;
   bool rotate = false;  // a filtered gradient in the other form
-  for (auto& b : blocks_) {
+  traces_to_host();     // also: nothing on the device writes them while the host does
+  for (std::size_t bi = 0; bi < blocks_.size(); ++bi) {
+    auto& b             = blocks_[bi];
     const std::string k = key(b);
     if (b.filtered.size()) {
       const std::string source = filter_source(s, b);
@@ -1453,8 +1489,8 @@ void ShampooBlocks<T>::import_tensors(const OptimizerState& s) {
     if (b.graft.size()) get(k + "/graft", b.graft.data(), b.size);
     if (b.momentum.size()) get(k + "/momentum", b.momentum.data(), b.size);
     if (b.correction.size()) get(k + "/eigenvalue_correction", b.correction.data(), b.size);
-    b.failures = static_cast<int>(s.integers.at(k + "/failures"));
-    b.trace    = s.reals.at(k + "/trace");
+    b.failures                      = static_cast<int>(s.integers.at(k + "/failures"));
+    sums_host_(blocks_.size() + bi) = s.reals.at(k + "/trace");
     for (std::size_t j = 0; j < b.factors.size(); ++j) {
       const auto& f = b.factors[j];
       if (f.slot < 0) continue;
@@ -1464,6 +1500,7 @@ void ShampooBlocks<T>::import_tensors(const OptimizerState& s) {
           bank.X.data() + f.slot * f.n * f.n, f.n * f.n);
     }
   }
+  Kokkos::deep_copy(sums_, sums_host_);
   if (rotate) {
     // Once every basis is in: the blocks whose filtered gradient came in the other form, from mhat
     // into the eigenbasis or out of it.
@@ -1762,8 +1799,9 @@ void Shampoo::update(const ExecutionSpace& exec, std::int64_t t, const std::vect
     std::string parameter;
     error = f32_->prepare(wds, check, parameter);
     if (error.empty()) error = f64_->prepare(wds, check, parameter);
-    if (comm_) {
-      // Every rank has the same gradients but checks only its own blocks: the lowest rank that
+    if (comm_ && check) {
+      // (Unchecked, prepare() refuses nothing: no agreement, no wait.) Every rank has the same
+      // gradients but checks only its own blocks: the lowest rank that
       // refused one tells every rank its message and parameter (a name holds no NUL byte), so
       // that every rank skips the step or throws the same NonFiniteError. Over the whole
       // communicator, not the group: groups agreeing each on their own would part ways (one

@@ -1467,6 +1467,9 @@ void ShampooBlocks<T>::check_entries(const OptimizerState& s, Optimizer::StateKe
 
 template <class T>
 void ShampooBlocks<T>::import_tensors(const OptimizerState& s) {
+  // Set-up, on the default instance: the last step's instance may be the caller's stream, busy
+  // with other work or destroyed since (a Kokkos::Cuda made from a stream does not own it).
+  exec_    = ExecutionSpace();
   auto get = [&](const std::string& k, T* dst, std::int64_t n) {
     const auto& st = s.tensors.at(k);
     Kokkos::View<const T*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> h(

@@ -79,7 +79,9 @@ TEST(RankAgreement, RanksWhoseListsDifferAreRefusedTogether) {
 
 // Parameter groups that differ between ranks (a name; an lr the group sets itself, equal to the
 // list's) build optimizers that differ, though their lr in effect is the same: refused together
-// (a checkpoint writes each rank's group name and own values).
+// (a checkpoint writes each rank's group name and own values). The message names the parameter
+// whose description differs whole, though its name holds the "; " that separates the items in
+// the message.
 TEST(RankAgreement, RanksWhoseGroupsDifferAreRefusedTogether) {
   if (world()->size() == 1) GTEST_SKIP() << "needs two ranks";
   for (const std::string differs : {"name", "own lr"})
@@ -92,13 +94,13 @@ TEST(RankAgreement, RanksWhoseGroupsDifferAreRefusedTogether) {
       koptim::ParameterSet ps;
       const int g = ps.add_group(differs == "name" && odd_one_out() ? "head_" : "head", own);
       ps.add_ref("a", m.params[0].param, m.params[0].grad, 0);
-      ps.add_ref("b", m.params[1].param, m.params[1].grad, g);
+      ps.add_ref("b; c", m.params[1].param, m.params[1].grad, g);
       expect_error<koptim::ConfigError>(
           [&] { koptim::create(ps, list(name, true), world()); },
           {"koptim::" + name + ": the ranks of the communicator disagree",
-           "Rank " + std::to_string(world()->size() - 1) + " has 'b float32 (40,) right group 1 'head" +
+           "Rank " + std::to_string(world()->size() - 1) + " has 'b; c float32 (40,) right group 1 'head" +
                (differs == "name" ? "_' (5) lr 0.01 wd " + wd + "'" : "' (4) lr 0.01 (own) wd " + wd + "'") +
-               " where rank 0 has 'b float32 (40,) right group 1 'head' (4) lr 0.01 wd " + wd + "'",
+               " where rank 0 has 'b; c float32 (40,) right group 1 'head' (4) lr 0.01 wd " + wd + "'",
            "group 1 'head" + std::string(odd_one_out() && differs == "name" ? "_'" : "'")});
     }
 }

@@ -540,17 +540,24 @@ std::array<std::uint8_t, 32> sha256(const std::string& bytes) {
   return out;
 }
 
+std::string encode_items(const std::vector<std::string>& items) {
+  std::string s;
+  for (const auto& item : items) s += std::to_string(item.size()) + ':' + item;
+  return s;
+}
+
+std::string join_items(const std::vector<std::string>& items) {
+  std::string s;
+  for (const auto& item : items) s += (s.empty() ? "" : "; ") + item;
+  return s;
+}
+
 void check_same_on_all_ranks(const comm::Communicator& comm, const std::string& optimizer,
-                             const std::string& descriptor, const std::string& shown) {
-  if (!comm.same_on_all_ranks(descriptor)) {
+                             const std::vector<std::string>& items, const std::string& shown) {
+  // The items with their lengths: a name may hold "; ".
+  if (!comm.same_on_all_ranks(encode_items(items))) {
     // Only on this failure path: the lowest rank that differs from rank 0, and its first item that
-    // does (the descriptor's items are separated by "; "), the same on every rank.
-    std::vector<std::string> items;
-    for (std::size_t at = 0; at <= descriptor.size();) {
-      const std::size_t end = std::min(descriptor.find("; ", at), descriptor.size());
-      items.push_back(descriptor.substr(at, end - at));
-      at = end + 2;
-    }
+    // does, the same on every rank.
     const auto first = first_difference_from_rank0(
         comm, items, [](std::size_t, const std::string* mine, const std::string* zero, std::size_t, std::size_t) {
           return "'" + (mine ? *mine : std::string()) + "' where rank 0 has '" + (zero ? *zero : std::string()) + "'";
@@ -559,7 +566,7 @@ void check_same_on_all_ranks(const comm::Communicator& comm, const std::string& 
                       ": the ranks of the communicator disagree on the parameters (names, shapes, scalar types, "
                       "layouts, groups) or on the configuration; every rank must build the same optimizer. Rank " +
                       std::to_string(first.first) + " has " + first.second + ". Rank " + std::to_string(comm.rank()) +
-                      " (this one) has: " + (shown.empty() ? descriptor : shown));
+                      " (this one) has: " + (shown.empty() ? join_items(items) : shown));
   }
 }
 

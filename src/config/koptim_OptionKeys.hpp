@@ -169,11 +169,11 @@ class Describer {
   void real_pair(const char* key, const std::array<double, 2>& v, const char*, const Range&, const Range&) {
     add(key, real_string(v[0]) + "," + real_string(v[1]));
   }
-  const std::string& text() const { return text_; }
+  const std::vector<std::string>& items() const { return items_; }
 
  private:
-  void add(const char* key, const std::string& value) { text_ += std::string(key) + ' ' + value + "; "; }
-  std::string text_;
+  void add(const char* key, const std::string& value) { items_.push_back(std::string(key) + ' ' + value); }
+  std::vector<std::string> items_;
 };
 
 // The three uses, for an options struct O with visit_keys(O&, Visitor&) found by argument-dependent
@@ -195,11 +195,12 @@ void check_option_ranges(const std::string& optimizer, const O& o) {
   RangeChecker c(optimizer);
   visit_keys(o, c);
 }
+// Each key and its value, an item each.
 template <class O>
-std::string describe_options(const O& o) {
+std::vector<std::string> describe_options(const O& o) {
   Describer d;
   visit_keys(o, d);
-  return d.text();
+  return d.items();
 }
 
 }  // namespace Impl

@@ -445,23 +445,26 @@ void Optimizer::check_state(const OptimizerState& s) const {
 
 namespace Impl {
 
-std::string describe_parameters(const Optimizer& opt) {
-  std::ostringstream d;
-  d.precision(17);
+std::vector<std::string> describe_parameters(const Optimizer& opt) {
+  std::vector<std::string> items;
   const auto& ps = opt.parameters();
   for (std::size_t i = 0; i < ps.size(); ++i) {
     const auto& p = ps[i];
     // The group by index, name (with its length: any text) and the values it sets itself, which
     // a checkpoint writes apart from the values in effect.
     const auto& g = ps.groups().at(static_cast<std::size_t>(p.group));
+    std::ostringstream d;
+    d.precision(17);
     d << p.name << ' ' << to_string(p.param.dtype) << ' ' << shape_string(p.param.shape) << ' '
       << (p.param.layout_right ? "right" : "left") << " group " << p.group << " '" << g.name << "' (" << g.name.size()
       << ") lr " << opt.base_lr(p.group) << (g.options.lr ? " (own)" : "") << " wd " << opt.weight_decay(p.group)
-      << (g.options.weight_decay ? " (own)" : "") << "; ";
+      << (g.options.weight_decay ? " (own)" : "");
+    items.push_back(d.str());
   }
   const auto& c = opt.common_options();
-  d << "schedule " << c.lr_schedule.describe() << "; nonfinite " << to_string(c.nonfinite_gradient);
-  return d.str();
+  items.push_back("schedule " + c.lr_schedule.describe());
+  items.push_back(std::string("nonfinite ") + to_string(c.nonfinite_gradient));
+  return items;
 }
 
 namespace {

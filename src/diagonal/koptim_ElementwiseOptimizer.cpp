@@ -48,14 +48,16 @@ ElementwiseOptimizer::~ElementwiseOptimizer() = default;
 ElementwiseOptimizer::ElementwiseOptimizer(std::string name, ParameterSet params, CommonOptions common,
                                            std::vector<std::string> slots, std::vector<double> fill,
                                            std::shared_ptr<comm::Communicator> comm,
-                                           const std::string& options_descriptor)
+                                           const std::vector<std::string>& options)
     : Optimizer(std::move(name), std::move(params), std::move(common), comm.get()), slots_(std::move(slots)) {
   if (slots_.size() > 3) throw std::logic_error("koptim::" + this->name() + ": more than 3 state slots per parameter");
   fill.resize(slots_.size(), 0.0);
   const auto& ps = parameters();
   if (comm && comm->size() > 1) {
-    comm_ = std::move(comm);
-    check_same_on_all_ranks(*comm_, this->name(), describe_parameters(*this) + "; " + options_descriptor);
+    comm_      = std::move(comm);
+    auto items = describe_parameters(*this);
+    items.insert(items.end(), options.begin(), options.end());
+    check_same_on_all_ranks(*comm_, this->name(), items);
   }
   // This rank's slice of the concatenation of each scalar type: a piece of state per fragment.
   const int ranks = comm_ ? comm_->size() : 1, me = comm_ ? comm_->rank() : 0;

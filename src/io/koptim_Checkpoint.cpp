@@ -1140,8 +1140,9 @@ void save_checkpoint(const std::string& path, const Optimizer& opt, const SaveOp
   // each rank's own parameters and configuration (a hang, or another rank's configuration in the
   // file, when they differ). An optimizer with a communicator of its own was compared when built.
   const bool same_optimizer =
-      !r.parallel() || r.comm->same_on_all_ranks(opt.name() + '\0' + koptim::Impl::describe_parameters(opt) + '\0' +
-                                                 opt.configuration());
+      !r.parallel() ||
+      r.comm->same_on_all_ranks(koptim::Impl::encode_items(
+          {opt.name(), koptim::Impl::encode_items(koptim::Impl::describe_parameters(opt)), opt.configuration()}));
   r.together([&] {
     if (!same_path) throw ConfigError(where + "the ranks name different files; every rank must pass the same path");
     if (!same_optimizer)

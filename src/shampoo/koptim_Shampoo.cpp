@@ -1605,15 +1605,17 @@ Shampoo::Shampoo(ParameterSet params, CommonOptions common, ShampooOptions optio
   if (comm_) {
     // Every rank must describe the same optimizer: otherwise the block assignment and the
     // all-gather would not match (a hang or silent garbage). Checked on every rank.
-    std::ostringstream d;
-    d.precision(17);
-    d << Impl::describe_parameters(*this) << "; " << Impl::describe_options(o);
-    for (const auto& kv : o.inverse_exponent_override) d << "override order_" << kv.first << ' ' << kv.second << "; ";
+    const auto described = Impl::describe_parameters(*this);
+    auto items           = described;
+    const auto settings  = Impl::describe_options(o);
+    items.insert(items.end(), settings.begin(), settings.end());
+    for (const auto& kv : o.inverse_exponent_override)
+      items.push_back("override " + order_key(kv.first) + ' ' + Impl::real_string(kv.second));
     for (const auto& kv : o.inverse_exponent_override_dim)
-      d << "override order_" << kv.first.first << "_dim_" << kv.first.second << ' ' << kv.second << "; ";
-    Impl::check_same_on_all_ranks(*comm_, name(), d.str(),
-                                  std::to_string(parameters().size()) + " parameters: " +
-                                      Impl::describe_parameters(*this) + "\nblocks: " + describe_blocks());
+      items.push_back("override " + dim_key(kv.first) + ' ' + Impl::real_string(kv.second));
+    Impl::check_same_on_all_ranks(*comm_, name(), items,
+                                  std::to_string(parameters().size()) + " parameters: " + Impl::join_items(described) +
+                                      "\nblocks: " + describe_blocks());
     const int g = o.num_trainers_per_group.value_or(comm_->size());
     group_comm_ = comm_->split_groups(g).first;
   } else if (o.num_trainers_per_group && *o.num_trainers_per_group != 1) {

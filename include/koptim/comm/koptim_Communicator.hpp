@@ -209,11 +209,18 @@ std::pair<int, std::string> first_difference_from_rank0(
     const std::function<std::string(std::size_t, const std::string*, const std::string*, std::size_t, std::size_t)>&
         describe);
 
+// The items one after the other, each after its length: any text, and no two lists give the
+// same string (for comparisons across ranks).
+std::string encode_items(const std::vector<std::string>& items);
+// The items separated by "; " (for messages).
+std::string join_items(const std::vector<std::string>& items);
+
 // Throws ConfigError on every rank when the ranks of comm do not describe the same optimizer
-// (parameters and configuration, as summarised by descriptor): never a hang or a silent mismatch.
-// The message shows this rank's `shown` (its descriptor when empty).
+// (parameters and configuration, as summarised by the items of text): never a hang or a silent
+// mismatch. The message names the lowest rank that differs from rank 0 and its first item that
+// does, and shows this rank's `shown` (its items, separated by "; ", when empty).
 void check_same_on_all_ranks(const comm::Communicator& comm, const std::string& optimizer,
-                             const std::string& descriptor, const std::string& shown = std::string());
+                             const std::vector<std::string>& items, const std::string& shown = std::string());
 
 }  // namespace Impl
 }  // namespace koptim

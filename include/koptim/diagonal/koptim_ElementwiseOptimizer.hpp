@@ -39,11 +39,11 @@ class ElementwiseOptimizer : public Optimizer {
     std::vector<Buffer> buffers;  // one per slot, piece-sized
   };
 
-  // options_descriptor: the derived optimizer's own hyperparameters as text, for the check that
-  // every rank builds the same optimizer.
+  // options: the derived optimizer's own hyperparameters as text, an item each, for the check
+  // that every rank builds the same optimizer.
   ElementwiseOptimizer(std::string name, ParameterSet params, CommonOptions common, std::vector<std::string> slots,
                        std::vector<double> fill = {}, std::shared_ptr<comm::Communicator> comm = nullptr,
-                       const std::string& options_descriptor = "");
+                       const std::vector<std::string>& options = {});
 
   const std::vector<Piece>& pieces() const { return pieces_; }
   // The first step sets the slots without reading them (SGD's momentum buffer, torch's None

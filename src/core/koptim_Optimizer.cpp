@@ -17,39 +17,6 @@
 
 namespace koptim {
 
-Optimizer::Optimizer(std::string name, ParameterSet params, CommonOptions common)
-    : Optimizer(std::move(name), std::move(params), std::move(common), nullptr) {}
-
-Optimizer::Optimizer(std::string name, ParameterSet params, CommonOptions common, const comm::Communicator* agree_with)
-    : name_(std::move(name)), params_(std::move(params)), common_(std::move(common)) {
-  Impl::run_together(agree_with, [&] {
-    // Kokkos' own error for an allocation outside initialize/finalize is a bare std::runtime_error.
-    if (!Kokkos::is_initialized()) {
-      throw Error("koptim::" + name_ +
-                  ": Kokkos is not initialized: create optimizers after Kokkos::initialize and destroy them (and "
-                  "their ParameterSets) before Kokkos::finalize");
-    }
-    if (params_.empty()) throw ShapeError("koptim::" + name_ + ": the ParameterSet has no parameters");
-    // koptim's optimizers fill in their defaults (Impl::with_defaults); an optimizer of another
-    // library built on this class must give both.
-    for (const auto* v : {&common_.lr, &common_.weight_decay})
-      if (!*v)
-        throw ConfigError("koptim::" + name_ + ": CommonOptions::" + (v == &common_.lr ? "lr" : "weight_decay") +
-                          " is not set, and this optimizer has no default for it");
-    Impl::require(name_, "lr", *common_.lr, Impl::ranges::lr);
-    Impl::require(name_, "weight_decay", *common_.weight_decay, Impl::ranges::weight_decay);
-    // The kernels round lr and weight_decay (or values made of them) to the parameter's type:
-    // beyond the largest float they are Inf for a float parameter. (Values made of them, such as
-    // lr / (1 - b1^t), can still overflow with extreme settings; not checked.)
-    for (const auto& p : params_.parameters()) {
-      if (p.param.dtype != ScalarType::float32) continue;
-      const std::string group = " of group '" + params_.groups().at(p.group).name + "'";
-      Impl::require_within_float(name_, "lr", base_lr(p.group), group, p.name);
-      Impl::require_within_float(name_, "weight_decay", weight_decay(p.group), group, p.name);
-    }
-  });
-}
-
 const ParameterGroup& Optimizer::group(int group, const char* what) const {
   const auto& groups = params_.groups();
   if (group < 0 || static_cast<std::size_t>(group) >= groups.size()) {
@@ -245,11 +212,47 @@ struct Optimizer::GradientTable {
   }
 };
 
+Optimizer::Optimizer(std::string name, ParameterSet params, CommonOptions common)
+    : Optimizer(std::move(name), std::move(params), std::move(common), nullptr) {}
+
+Optimizer::Optimizer(std::string name, ParameterSet params, CommonOptions common, const comm::Communicator* agree_with)
+    : name_(std::move(name)), params_(std::move(params)), common_(std::move(common)) {
+  Impl::run_together(agree_with, [&] {
+    // Kokkos' own error for an allocation outside initialize/finalize is a bare std::runtime_error.
+    if (!Kokkos::is_initialized()) {
+      throw Error("koptim::" + name_ +
+                  ": Kokkos is not initialized: create optimizers after Kokkos::initialize and destroy them (and "
+                  "their ParameterSets) before Kokkos::finalize");
+    }
+    if (params_.empty()) throw ShapeError("koptim::" + name_ + ": the ParameterSet has no parameters");
+    // koptim's optimizers fill in their defaults (Impl::with_defaults); an optimizer of another
+    // library built on this class must give both.
+    for (const auto* v : {&common_.lr, &common_.weight_decay})
+      if (!*v)
+        throw ConfigError("koptim::" + name_ + ": CommonOptions::" + (v == &common_.lr ? "lr" : "weight_decay") +
+                          " is not set, and this optimizer has no default for it");
+    Impl::require(name_, "lr", *common_.lr, Impl::ranges::lr);
+    Impl::require(name_, "weight_decay", *common_.weight_decay, Impl::ranges::weight_decay);
+    // The kernels round lr and weight_decay (or values made of them) to the parameter's type:
+    // beyond the largest float they are Inf for a float parameter. (Values made of them, such as
+    // lr / (1 - b1^t), can still overflow with extreme settings; not checked.)
+    for (const auto& p : params_.parameters()) {
+      if (p.param.dtype != ScalarType::float32) continue;
+      const std::string group = " of group '" + params_.groups().at(p.group).name + "'";
+      Impl::require_within_float(name_, "lr", base_lr(p.group), group, p.name);
+      Impl::require_within_float(name_, "weight_decay", weight_decay(p.group), group, p.name);
+    }
+    // The gradient check's table, here at set-up: built at the first step, its copy to the device
+    // would wait on every instance (a global fence) in a step on the caller's instance.
+    if (common_.nonfinite_gradient != NonFiniteGradient::unchecked)
+      gradient_table_ = std::make_shared<GradientTable>(params_);
+  });
+}
+
 bool Optimizer::check_gradients(const ExecutionSpace& exec) {
   if (common_.nonfinite_gradient == NonFiniteGradient::unchecked) return true;
   // One kernel over all gradients; only when it refuses something, the per-parameter checks that
   // say which parameter, how many values and the first.
-  if (!gradient_table_) gradient_table_ = std::make_shared<GradientTable>(params_);
   if (gradient_table_->refused(exec, refuse_squares_) == 0) return true;
   for (const auto& p : params_.parameters()) {
     const auto bad = Impl::check_gradient(p.grad, refuse_squares_, exec);

@@ -120,6 +120,23 @@ TEST(RankAgreement, OptionsRefusedOnOneRankAreRefusedOnEveryRank) {
                                     {"use_nesterov = true needs momentum > 0"});
 }
 
+// Schedules that differ past a number's sixth digit (C++ options: a parameter list is compared
+// as text): the ranks compare every number of the schedule exactly, or each rank would update
+// its slice of the state with an lr of its own.
+TEST(RankAgreement, SchedulesThatDifferInTheLastDigitsAreRefusedTogether) {
+  if (world()->size() == 1) GTEST_SKIP() << "needs two ranks";
+  Model m;
+  const double v = odd_one_out() ? 0.1000001 : 0.1;
+  for (const auto& s : {koptim::LRSchedule::cosine(100, v), koptim::LRSchedule::step(10, v)}) {
+    koptim::CommonOptions c;
+    c.lr_schedule = s;
+    const std::string mine =
+        s.decay() == koptim::LRSchedule::Decay::cosine ? "cosine decay to 0.1000001" : "step decay by 0.1000001";
+    expect_error<koptim::ConfigError>([&] { koptim::AdamW(m.params, c, {}, world()); },
+                                      {"the ranks of the communicator disagree", "has 'schedule " + mine});
+  }
+}
+
 // A Shampoo block too large for the machine, held by one rank (the first, which LPT gives the
 // largest block): every rank's constructor fails with that rank's message, not the others' first
 // step.

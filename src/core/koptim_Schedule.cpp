@@ -80,13 +80,13 @@ std::string LRSchedule::describe() const {
       s << "constant";
       break;
     case Decay::cosine:
-      s << "cosine decay to " << min_lr_factor_ << " at step " << total_steps_;
+      s << "cosine decay to " << Impl::real_string(min_lr_factor_) << " at step " << total_steps_;
       break;
     case Decay::linear:
-      s << "linear decay to " << min_lr_factor_ << " at step " << total_steps_;
+      s << "linear decay to " << Impl::real_string(min_lr_factor_) << " at step " << total_steps_;
       break;
     case Decay::step:
-      s << "step decay by " << gamma_ << " every " << step_size_ << " steps";
+      s << "step decay by " << Impl::real_string(gamma_) << " every " << step_size_ << " steps";
       break;
   }
   return s.str();

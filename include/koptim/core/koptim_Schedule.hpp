@@ -41,6 +41,7 @@ class LRSchedule {
   double min_lr_factor() const { return min_lr_factor_; }
   std::int64_t step_size() const { return step_size_; }
   double gamma() const { return gamma_; }
+  // In words, every number exactly (its shortest form that reads back the same: ranks compare it).
   std::string describe() const;
 
  private:

@@ -561,6 +561,65 @@ TEST(BF16, RoundsToNearestEven) {
   }
 }
 
+// A double is rounded to bf16 once: against brute force in long double (the two bf16 values
+// around d, from its float truncated toward zero; the nearer, ties to the even one), over doubles
+// of all float magnitudes with random low bits, and the ties and near-ties that rounding through
+// the nearest float gets wrong.
+TEST(BF16, RoundsDoublesOnce) {
+  using koptim::comm::to_bf16;
+  auto nearest = [](double d) {
+    float t = static_cast<float>(d);
+    if (std::fabs(static_cast<double>(t)) > std::fabs(d)) t = std::nextafter(t, 0.0f);
+    const std::uint16_t lo = static_cast<std::uint16_t>(float_to_bits(t) >> 16);
+    const std::uint16_t hi = static_cast<std::uint16_t>(lo + 1);
+    const long double dlo  = std::fabs(static_cast<long double>(koptim::comm::from_bf16(lo)) - d);
+    const long double dhi  = std::fabs(static_cast<long double>(koptim::comm::from_bf16(hi)) - d);
+    if (dlo < dhi) return lo;
+    if (dhi < dlo) return hi;
+    return (lo & 1) == 0 ? lo : hi;
+  };
+  // 1 + 2^-8 + 2^-30: its nearest float is the tie 1 + 2^-8 (which rounds to 1), its nearest bf16
+  // is 1 + 2^-7; just below the tie, 1; the tie itself, to even.
+  EXPECT_EQ(to_bf16(1.0 + std::ldexp(1.0, -8) + std::ldexp(1.0, -30)), 0x3f81);
+  EXPECT_EQ(to_bf16(-1.0 - std::ldexp(1.0, -8) - std::ldexp(1.0, -30)), 0xbf81);
+  EXPECT_EQ(to_bf16(1.0 + std::ldexp(1.0, -8) - std::ldexp(1.0, -40)), 0x3f80);
+  EXPECT_EQ(to_bf16(1.0 + std::ldexp(1.0, -8)), 0x3f80);
+  EXPECT_EQ(to_bf16(1.0 + 3 * std::ldexp(1.0, -8) - std::ldexp(1.0, -30)), 0x3f81);
+  // Beyond every float, and the special values, as the float conversion gives them.
+  EXPECT_EQ(to_bf16(1e300), 0x7f80);
+  EXPECT_EQ(to_bf16(-1e300), 0xff80);
+  EXPECT_EQ(to_bf16(static_cast<double>(std::numeric_limits<float>::max())), 0x7f80);
+  EXPECT_EQ(to_bf16(std::numeric_limits<double>::infinity()), 0x7f80);
+  EXPECT_EQ(to_bf16(-0.0), 0x8000);
+  EXPECT_EQ(to_bf16(1e-300), 0x0000);
+  EXPECT_EQ(to_bf16(-1e-300), 0x8000);
+  EXPECT_TRUE(is_nan(koptim::comm::from_bf16(to_bf16(std::numeric_limits<double>::quiet_NaN()))));
+  std::uint64_t x         = 54321;
+  int wrong_through_float = 0;
+  for (int i = 0; i < 400000; ++i) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    // A float's bits (finite, below half the largest), then 29 random bits below them in the
+    // double. Every eighth float is a midpoint between two bf16 values, and the bits below it less
+    // than half a float unit: the nearest float is that midpoint, a tie, where d's nearest bf16
+    // is the one of larger magnitude.
+    std::uint32_t u = static_cast<std::uint32_t>(x >> 32);
+    if (i % 8 == 0) u = (u & 0xffff0000u) | 0x8000u;
+    const float f = bits_to_float(u);
+    if (!is_finite(f) || std::fabs(f) >= std::numeric_limits<float>::max() / 2) continue;
+    double d = static_cast<double>(f);
+    std::uint64_t bits;
+    std::memcpy(&bits, &d, sizeof bits);
+    if (std::fabs(f) >= std::numeric_limits<float>::min()) {  // a normal float: 29 bits below it in d
+      const std::uint64_t low = (x >> 3) & ((std::uint64_t(1) << (i % 8 == 0 ? 28 : 29)) - 1);
+      bits |= i % 8 == 0 ? (low | 1) : low;
+      std::memcpy(&d, &bits, sizeof d);
+    }
+    ASSERT_EQ(to_bf16(d), nearest(d)) << std::hexfloat << d;
+    if (to_bf16(static_cast<float>(d)) != nearest(d)) ++wrong_through_float;
+  }
+  EXPECT_GT(wrong_through_float, 0);  // the cases this conversion exists for were among them
+}
+
 TEST(BF16, ViewKernelsMatchTheScalarConversion) {
   const std::size_t n = 10007;
   std::vector<float> v(n);

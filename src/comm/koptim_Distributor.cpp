@@ -85,7 +85,7 @@ void Distributor<T>::exchange(const ExecutionSpace& exec, const comm::Communicat
   Kokkos::parallel_for(
       "koptim::Distributor::to_bf16",
       Kokkos::RangePolicy<ExecutionSpace>(exec, 0, static_cast<std::int64_t>(counts_[me])),
-      KOKKOS_LAMBDA(const std::int64_t i) { half(first + i) = comm::to_bf16(static_cast<float>(values(first + i))); });
+      KOKKOS_LAMBDA(const std::int64_t i) { half(first + i) = comm::to_bf16(values(first + i)); });
   if (many)
     comm->all_gather(exec, Kokkos::View<const std::uint16_t*, MemorySpace>(Kokkos::subview(half, mine)), half, counts_);
   Kokkos::parallel_for(

@@ -3,6 +3,7 @@
 // as std::uint16_t, so no bf16 C++ type is needed on any backend.
 //   to_bf16:   round to nearest, ties to even (as torch and CUDA's __float2bfloat16_rn); values
 //              beyond the largest bf16 round to +-inf; a NaN stays a (quiet) NaN with its sign.
+//              A double is rounded once (not through the nearest float, which can make a tie).
 //   from_bf16: exact.
 // The relative rounding error of to_bf16 is at most 2^-8 for normal numbers.
 #ifndef KOPTIM_COMM_BF16_HPP
@@ -28,6 +29,25 @@ KOKKOS_INLINE_FUNCTION std::uint16_t to_bf16(float f) {
   // correct rounding up to the next binade (or to inf).
   u += 0x7fffu + ((u >> 16) & 1u);
   return static_cast<std::uint16_t>(u >> 16);
+}
+
+// Through a float rounded to odd (toward zero, the last bit set where inexact): the 16 bits that
+// float keeps beyond bf16's let the rounding to nearest above give the double's own nearest
+// bf16. (Through the nearest float, 1 + 2^-8 + 2^-30 becomes the tie 1 + 2^-8, which rounds to
+// 1, where its nearest bf16 is 1 + 2^-7.)
+KOKKOS_INLINE_FUNCTION std::uint16_t to_bf16(double d) {
+  float f = static_cast<float>(d);
+  std::uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  // Inf or NaN: d was one, or is beyond every float (and so rounds to a bf16 inf as well).
+  if ((u & 0x7f800000u) == 0x7f800000u) return to_bf16(f);
+  const double back = static_cast<double>(f);  // d is finite here: no comparison with a NaN
+  if (back != d) {
+    if (d > 0 ? back > d : back < d) u -= 1u;  // one unit toward zero (f is not 0: it exceeds d)
+    u |= 1u;
+    memcpy(&f, &u, sizeof f);
+  }
+  return to_bf16(f);
 }
 
 KOKKOS_INLINE_FUNCTION float from_bf16(std::uint16_t h) {

@@ -20,7 +20,9 @@ void visit_keys(O& o, V& v) {
                   "Filter of the gradient fed to the preconditioner (not with betas[0] = 0, which filters nothing).",
                   R::beta3, "beta3 = betas[0]");
   v.real("epsilon", o.epsilon,
-         "Added to the factors before the inverse root (and the eigenvalue-corrected denominator).", R::epsilon);
+         "Added to the factors before the inverse root (and the eigenvalue-corrected denominator); with 0 a factor "
+         "not of full rank at a root computation is an error, unless pseudo_inverse.",
+         R::epsilon);
   v.real("momentum", o.momentum, "Classic momentum mu applied to the preconditioned direction.", R::momentum);
   v.real("dampening", o.dampening, "Dampening d of the momentum (with momentum 0 only the default is accepted).",
          R::dampening);
@@ -38,7 +40,9 @@ void visit_keys(O& o, V& v) {
                      "First step that uses the Shampoo direction (at least precondition_frequency); the grafting "
                      "method alone before.",
                      R::start_preconditioning_step, "precondition_frequency");
-  v.boolean("use_bias_correction", o.use_bias_correction, "Bias-correct the filtered gradient and the factors.");
+  v.boolean("use_bias_correction", o.use_bias_correction,
+            "Bias-correct the filtered gradient (b1 > 0), the factors and the eigenvalue correction E (b2 < 1); "
+            "Adam grafting is bias-corrected either way.");
   v.choice("grafting", o.grafting, "Grafting method giving each block's step size.");
   v.optional_real("grafting_beta2", o.grafting_beta2,
                   "Second-moment decay of RMSProp/Adam grafting (set only with those).", R::grafting_beta2,

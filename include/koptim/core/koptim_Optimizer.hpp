@@ -130,7 +130,8 @@ class Optimizer {
   // Steps skipped because a gradient was not finite (nonfinite_gradient = "skip_step").
   std::int64_t skipped_steps() const { return skipped_; }
 
-  // The learning rate the next step() uses for a group: the group's lr times the schedule.
+  // The learning rate the next step() uses for a group: the group's lr times the schedule (before
+  // AdaGrad's lr_decay, as torch's group['lr']).
   double lr(int group = 0) const;
   // A group's base learning rate and weight decay (the optimizer's unless the group overrides them).
   double base_lr(int group = 0) const;

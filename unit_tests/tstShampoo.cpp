@@ -428,7 +428,8 @@ std::vector<std::pair<std::string, Teuchos::ParameterList>> direction_variants()
 // per element-wise phase over every block, products block after block) run the same bodies in the
 // same order per block: the same results to the bit on one thread. Parameter groups
 // interleave (the device path's gather and update run once per group), with their own lr and
-// weight decay.
+// weight decay. The factors' traces (state: the overflow bound's) too, kept on the host batch by
+// a host loop and on the device path by a kernel, with the gradient check and without it.
 TEST(Shampoo, HostBatchOfBlocksEqualsBlockAfterBlock) {
   auto run = [](Teuchos::ParameterList l, bool batch) {
     TestTensor<float> a({40, 30}, "a"), c({6, 5, 4}, "c"), e({3, 70}, "e");
@@ -455,9 +456,22 @@ TEST(Shampoo, HostBatchOfBlocksEqualsBlockAfterBlock) {
     std::vector<double> r;
     for (const auto& v : {a.get(), c.get(), e.get()}) r.insert(r.end(), v.begin(), v.end());
     for (const auto& v : {b.get(), d.get()}) r.insert(r.end(), v.begin(), v.end());
+    int traces = 0;
+    for (const auto& kv : opt->export_state().reals) {
+      if (kv.first.size() < 6 || kv.first.compare(kv.first.size() - 6, 6, "/trace") != 0) continue;
+      r.push_back(kv.second);
+      traces += kv.second > 0.0 ? 1 : 0;
+    }
+    EXPECT_GT(traces, 0);
     return r;
   };
-  const auto cases = direction_variants();
+  auto cases = direction_variants();
+  for (std::size_t k = 0, n = cases.size(); k < n; ++k) {
+    auto unchecked = cases[k];
+    unchecked.first += ", unchecked";
+    unchecked.second.set("nonfinite_gradient", std::string("unchecked"));
+    cases.push_back(unchecked);
+  }
   // On more threads a threaded reduction (the grafting norms) may sum in another order.
   const bool one_thread = koptim::ExecutionSpace().concurrency() == 1;
   for (const auto& c : cases) {

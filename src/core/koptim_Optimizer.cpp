@@ -294,7 +294,7 @@ const comm::Communicator* Optimizer::check_agreement() const {
 bool Optimizer::checked_on_every_rank(const ExecutionSpace& exec) {
   const comm::Communicator* comm = check_agreement();
   if (!comm) return check_gradients(exec);
-  // Any other error of the check ('x': its first allocation, a Kokkos error) is agreed on too.
+  // Any other error of the check ('x': a Kokkos error) is agreed on too.
   Impl::Refusal mine;
   try {
     // An interrupted rank refuses here, in the agreement, so that every rank refuses with it

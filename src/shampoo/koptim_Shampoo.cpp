@@ -1345,7 +1345,9 @@ void ShampooBlocks<T>::write_back() {
 
 template <class T>
 void ShampooBlocks<T>::traces_to_host() const {
-  // Outside a step (export, import): after whatever instance the last step ran on.
+  // Outside a step (export, import): after whatever instance the last step ran on. export_state()
+  // is const but writes this mirror: two exports of one optimizer at once would race (no call of
+  // an optimizer is made for concurrent use).
   Kokkos::deep_copy(sums_host_, sums_);
 }
 

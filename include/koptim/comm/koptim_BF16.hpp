@@ -3,7 +3,8 @@
 // as std::uint16_t, so no bf16 C++ type is needed on any backend.
 //   to_bf16:   round to nearest, ties to even (as torch and CUDA's __float2bfloat16_rn); values
 //              beyond the largest bf16 round to +-inf; a NaN stays a (quiet) NaN with its sign.
-//              A double is rounded once (not through the nearest float, which can make a tie).
+//              A double is rounded once (not through the nearest float, which can make a tie;
+//              torch's double-to-bfloat16 conversion goes through float).
 //   from_bf16: exact.
 // The relative rounding error of to_bf16 is at most 2^-8 for normal numbers.
 #ifndef KOPTIM_COMM_BF16_HPP

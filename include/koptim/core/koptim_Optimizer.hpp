@@ -232,8 +232,8 @@ class Optimizer {
   // state).
   template <class F, class Call>
   void interrupting_on_throw(F&& f, Call&& call, const bool& armed);
-  // Every gradient's place, for the check that reads them all in one kernel (built at the first
-  // checked step).
+  // Every gradient's place, for the check that reads them all in one kernel (built with the
+  // optimizer; none under nonfinite_gradient = unchecked).
   struct GradientTable;
   std::shared_ptr<GradientTable> gradient_table_;
 

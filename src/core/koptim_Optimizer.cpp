@@ -448,7 +448,7 @@ void Optimizer::check_state(const OptimizerState& s) const {
 
 namespace Impl {
 
-std::vector<std::string> describe_parameters(const Optimizer& opt) {
+std::vector<std::string> describe_parameters(const Optimizer& opt, const std::vector<std::string>& options) {
   std::vector<std::string> items;
   const auto& ps = opt.parameters();
   for (std::size_t i = 0; i < ps.size(); ++i) {
@@ -467,6 +467,7 @@ std::vector<std::string> describe_parameters(const Optimizer& opt) {
   const auto& c = opt.common_options();
   items.push_back("schedule " + c.lr_schedule.describe());
   items.push_back(std::string("nonfinite ") + to_string(c.nonfinite_gradient));
+  items.insert(items.end(), options.begin(), options.end());
   return items;
 }
 

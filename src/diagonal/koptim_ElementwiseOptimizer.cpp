@@ -54,10 +54,8 @@ ElementwiseOptimizer::ElementwiseOptimizer(std::string name, ParameterSet params
   fill.resize(slots_.size(), 0.0);
   const auto& ps = parameters();
   if (comm && comm->size() > 1) {
-    comm_      = std::move(comm);
-    auto items = describe_parameters(*this);
-    items.insert(items.end(), options.begin(), options.end());
-    check_same_on_all_ranks(*comm_, this->name(), items);
+    comm_ = std::move(comm);
+    check_same_on_all_ranks(*comm_, this->name(), describe_parameters(*this, options));
   }
   // This rank's slice of the concatenation of each scalar type: a piece of state per fragment.
   const int ranks = comm_ ? comm_->size() : 1, me = comm_ ? comm_->rank() : 0;

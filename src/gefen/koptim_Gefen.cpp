@@ -1016,10 +1016,7 @@ Gefen::Gefen(ParameterSet params, CommonOptions common, GefenOptions options, st
     rank_ = comm_->rank();
     // Before any check of this rank's own: a rank whose options differ must fail with the others
     // here, not throw alone and leave them waiting in this collective.
-    auto items          = Impl::describe_parameters(*this);
-    const auto settings = Impl::describe_options(options_);
-    items.insert(items.end(), settings.begin(), settings.end());
-    Impl::check_same_on_all_ranks(*comm_, name(), items);
+    Impl::check_same_on_all_ranks(*comm_, name(), Impl::describe_parameters(*this, Impl::describe_options(options_)));
     // Whole tensors, balanced by element count over both scalar types: the state is about one
     // byte per element in either precision. Every rank computes the same assignment.
     std::vector<double> costs;

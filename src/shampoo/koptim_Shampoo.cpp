@@ -247,6 +247,19 @@ struct GatherBody {
   }
 };
 
+// The trace of each block with factors (traced(k)): sums(n + bi) = b2 sums(n + bi) + w sums(bi),
+// sums holding |G|^2 of the n blocks, then their traces (ShampooBlocks::sums_).
+struct TraceBody {
+  Kokkos::View<double*, MemorySpace> sums;
+  Kokkos::View<int*, MemorySpace> traced;
+  std::int64_t n;
+  double b2, w;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t k) const {
+    const std::int64_t bi = traced(k);
+    sums(n + bi)          = b2 * sums(n + bi) + w * sums(bi);
+  }
+};
+
 // |G|^2 of each block into sumsq. A non-finite value makes the sum NaN (quiet: no FE_INVALID),
 // which prepare() tells apart from a finite sum of squares that overflows (Inf).
 template <class T>
@@ -928,23 +941,13 @@ void ShampooBlocks<T>::accumulate(std::int64_t t) {
   // The traces of the blocks with factors, on the device. A block without factors keeps no trace
   // (0): nothing bounds its gradient by it, and a trace accumulated there could exceed what a
   // state import accepts.
-  const std::int64_t n = static_cast<std::int64_t>(blocks_.size());
-  const double b2 = b2_, w = factor_w_;
+  const TraceBody traces{sums_, traced_, static_cast<std::int64_t>(blocks_.size()), b2_, factor_w_};
+  const std::int64_t traced = static_cast<std::int64_t>(traced_.extent(0));
   if (host_batched()) {
     // Host memory, written by the gather's batch (which fenced): a plain loop, no kernel.
-    double* sums = sums_.data();
-    for (std::int64_t bi = 0; bi < n; ++bi)
-      if (!blocks_[bi].preconditioned.empty()) sums[n + bi] = b2 * sums[n + bi] + w * sums[bi];
-  } else if (traced_.extent(0) > 0) {
-    const auto sums   = sums_;
-    const auto traced = traced_;
-    Kokkos::parallel_for(
-        "koptim::Shampoo::traces",
-        Kokkos::RangePolicy<ExecutionSpace>(exec_, 0, static_cast<std::int64_t>(traced.extent(0))),
-        KOKKOS_LAMBDA(const std::int64_t k) {
-          const std::int64_t bi = traced(k);
-          sums(n + bi)          = b2 * sums(n + bi) + w * sums(bi);
-        });
+    for (std::int64_t k = 0; k < traced; ++k) traces(k);
+  } else if (traced > 0) {
+    Kokkos::parallel_for("koptim::Shampoo::traces", Kokkos::RangePolicy<ExecutionSpace>(exec_, 0, traced), traces);
   }
   const AccumulateBody<T> body{
       o_.grafting == Grafting::AdaGrad || o_.grafting == Grafting::RMSProp || o_.grafting == Grafting::Adam,
@@ -1607,16 +1610,14 @@ Shampoo::Shampoo(ParameterSet params, CommonOptions common, ShampooOptions optio
   if (comm_) {
     // Every rank must describe the same optimizer: otherwise the block assignment and the
     // all-gather would not match (a hang or silent garbage). Checked on every rank.
-    const auto described = Impl::describe_parameters(*this);
-    auto items           = described;
-    const auto settings  = Impl::describe_options(o);
-    items.insert(items.end(), settings.begin(), settings.end());
+    auto items = Impl::describe_parameters(*this, Impl::describe_options(o));
     for (const auto& kv : o.inverse_exponent_override)
       items.push_back("override " + order_key(kv.first) + ' ' + Impl::real_string(kv.second));
     for (const auto& kv : o.inverse_exponent_override_dim)
       items.push_back("override " + dim_key(kv.first) + ' ' + Impl::real_string(kv.second));
     Impl::check_same_on_all_ranks(*comm_, name(), items,
-                                  std::to_string(parameters().size()) + " parameters: " + Impl::join_items(described) +
+                                  std::to_string(parameters().size()) +
+                                      " parameters: " + Impl::join_items(Impl::describe_parameters(*this)) +
                                       "\nblocks: " + describe_blocks());
     const int g = o.num_trainers_per_group.value_or(comm_->size());
     group_comm_ = comm_->split_groups(g).first;

@@ -288,8 +288,9 @@ void check_layout(const StateTensor& t, StateLayout expected, const std::string&
                   const std::string& parameter);
 
 // Names, scalar types, shapes, layouts and groups (index, name, lr and weight_decay, and which
-// of them the group sets itself) of the parameters, an item each, then the common options' items.
-std::vector<std::string> describe_parameters(const Optimizer& opt);
+// of them the group sets itself) of the parameters, an item each, then the common options' items,
+// then `options` (the optimizer's own, Impl::describe_options).
+std::vector<std::string> describe_parameters(const Optimizer& opt, const std::vector<std::string>& options = {});
 
 }  // namespace Impl
 }  // namespace koptim
